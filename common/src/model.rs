@@ -1,0 +1,114 @@
+//! The model's identity: its spec, its fingerprint and how its columns are split
+//! among shards.
+
+use std::ops::Range;
+use xxhash_rust::xxh3::Xxh3;
+
+/// Everything that defines a model's parameters, independent of how it is sharded.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModelSpec {
+    /// [`crate::vocab::Vocab::fingerprint`] of the vocabulary.
+    pub vocab_fingerprint: u64,
+    pub vocab_size: u64,
+    /// Full vector dimension d.
+    pub dim: u32,
+    /// Negative samples per (input, output) pair.
+    pub negative: u32,
+    /// Exponent of the unigram distribution for negatives (word2vec: 0.75).
+    pub sampling_power: f32,
+    /// Seed of the initial input vectors.
+    pub init_seed: u64,
+}
+
+impl ModelSpec {
+    /// The fingerprint every training request carries. It covers the vocabulary,
+    /// the counts that define the sampler (through the vocabulary fingerprint),
+    /// the dimension, the negatives, the sampling power and the init seed, and
+    /// not the column split, so every shard of one model holds the same value.
+    pub fn fingerprint(&self) -> u64 {
+        let mut h = Xxh3::new();
+        h.update(b"colonnade-model-v1");
+        h.update(&self.vocab_fingerprint.to_le_bytes());
+        h.update(&self.vocab_size.to_le_bytes());
+        h.update(&self.dim.to_le_bytes());
+        h.update(&self.negative.to_le_bytes());
+        h.update(&self.sampling_power.to_bits().to_le_bytes());
+        h.update(&self.init_seed.to_le_bytes());
+        h.digest()
+    }
+}
+
+/// Columns of shard `index` among `shards` for dimension `dim`: contiguous,
+/// balanced (sizes differ by at most one), in shard order, tiling [0, dim).
+pub fn column_range(dim: u32, shards: u32, index: u32) -> Range<u32> {
+    debug_assert!(index < shards && shards > 0);
+    let (dim, shards, index) = (u64::from(dim), u64::from(shards), u64::from(index));
+    let start = dim * index / shards;
+    let end = dim * (index + 1) / shards;
+    start as u32..end as u32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn column_ranges_tile_the_dimension() {
+        for dim in 1..40u32 {
+            for shards in 1..=dim.min(9) {
+                let mut next = 0;
+                for i in 0..shards {
+                    let r = column_range(dim, shards, i);
+                    assert_eq!(r.start, next);
+                    assert!(
+                        r.end > r.start,
+                        "dim {dim} shards {shards} shard {i} is empty"
+                    );
+                    next = r.end;
+                }
+                assert_eq!(next, dim);
+            }
+        }
+    }
+
+    #[test]
+    fn fingerprint_covers_every_field() {
+        let base = ModelSpec {
+            vocab_fingerprint: 1,
+            vocab_size: 10,
+            dim: 100,
+            negative: 5,
+            sampling_power: 0.75,
+            init_seed: 1,
+        };
+        let variants = [
+            ModelSpec {
+                vocab_fingerprint: 2,
+                ..base.clone()
+            },
+            ModelSpec {
+                vocab_size: 11,
+                ..base.clone()
+            },
+            ModelSpec {
+                dim: 101,
+                ..base.clone()
+            },
+            ModelSpec {
+                negative: 6,
+                ..base.clone()
+            },
+            ModelSpec {
+                sampling_power: 0.5,
+                ..base.clone()
+            },
+            ModelSpec {
+                init_seed: 2,
+                ..base.clone()
+            },
+        ];
+        for v in variants {
+            assert_ne!(v.fingerprint(), base.fingerprint(), "{v:?}");
+        }
+    }
+}

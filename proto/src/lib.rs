@@ -1,0 +1,96 @@
+//! The wire contract between Colonnade clients, shards and the exporter: the
+//! generated `colonnade.v1` gRPC types and the little-endian array codecs used by
+//! its `bytes` fields.
+//!
+//! Numeric arrays are packed as little-endian `u32`/`u64`/`f32` in `bytes` fields.
+//! Decoding checks that a field's length is a multiple of the element size and
+//! names the field when it is not. This crate must never hold training logic.
+
+#[allow(clippy::all, clippy::pedantic, missing_docs)]
+pub mod v1 {
+    tonic::include_proto!("colonnade.v1");
+}
+
+/// Version of the shard API carried in `StatusResponse.api_version`.
+pub const API_VERSION: u32 = 1;
+
+/// Largest gRPC message either side accepts or sends (default tonic limit is 4 MiB).
+pub const MAX_MESSAGE_BYTES: usize = 512 * 1024 * 1024;
+
+/// A `bytes` field whose length is not a whole number of elements.
+#[derive(Debug, thiserror::Error)]
+#[error("field `{field}`: {len} bytes is not a multiple of {elem} (little-endian {kind} array)")]
+pub struct WireLengthError {
+    pub field: &'static str,
+    pub len: usize,
+    pub elem: usize,
+    pub kind: &'static str,
+}
+
+macro_rules! le_codec {
+    ($encode:ident, $decode:ident, $decode_into:ident, $ty:ty, $n:expr, $kind:expr) => {
+        /// Packs values as little-endian bytes.
+        pub fn $encode(values: &[$ty]) -> bytes::Bytes {
+            let mut out = Vec::with_capacity(values.len() * $n);
+            for v in values {
+                out.extend_from_slice(&v.to_le_bytes());
+            }
+            out.into()
+        }
+
+        /// Unpacks little-endian bytes, naming `field` if the length is wrong.
+        pub fn $decode(field: &'static str, raw: &[u8]) -> Result<Vec<$ty>, WireLengthError> {
+            let mut out = Vec::new();
+            $decode_into(field, raw, &mut out)?;
+            Ok(out)
+        }
+
+        /// Like the allocating decoder, but reuses `out` (cleared first).
+        pub fn $decode_into(
+            field: &'static str,
+            raw: &[u8],
+            out: &mut Vec<$ty>,
+        ) -> Result<(), WireLengthError> {
+            if raw.len() % $n != 0 {
+                return Err(WireLengthError {
+                    field,
+                    len: raw.len(),
+                    elem: $n,
+                    kind: $kind,
+                });
+            }
+            out.clear();
+            out.reserve(raw.len() / $n);
+            out.extend(raw.chunks_exact($n).map(|c| {
+                let mut b = [0u8; $n];
+                b.copy_from_slice(c);
+                <$ty>::from_le_bytes(b)
+            }));
+            Ok(())
+        }
+    };
+}
+
+le_codec!(encode_u32, decode_u32, decode_u32_into, u32, 4, "u32");
+le_codec!(encode_u64, decode_u64, decode_u64_into, u64, 8, "u64");
+le_codec!(encode_f32, decode_f32, decode_f32_into, f32, 4, "f32");
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn roundtrip_and_length_errors() {
+        let v = [1.5f32, -0.0, f32::MAX, 3.25];
+        assert_eq!(decode_f32("x", &encode_f32(&v)).expect("decodes"), v);
+        let ids = [0u32, 7, u32::MAX];
+        assert_eq!(decode_u32("ids", &encode_u32(&ids)).expect("decodes"), ids);
+        let counts = [0u64, u64::MAX];
+        assert_eq!(
+            decode_u64("c", &encode_u64(&counts)).expect("decodes"),
+            counts
+        );
+        let err = decode_u32("inputs", &[1, 2, 3]).expect_err("3 bytes is not a u32 array");
+        assert!(err.to_string().contains("`inputs`"), "{err}");
+    }
+}

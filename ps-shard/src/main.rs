@@ -1,0 +1,66 @@
+use anyhow::Context;
+use clap::Parser;
+use colonnade_ps_shard::{serve, ShardCore};
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+/// Colonnade parameter-server shard: holds a column slice of every word vector
+/// and serves dotprod/adjust. The model's configuration arrives from the client.
+#[derive(Parser, Debug)]
+#[command(name = "ps-shard", version)]
+struct Args {
+    /// Address to listen on.
+    #[arg(long, env = "COLONNADE_LISTEN", default_value = "0.0.0.0:50051")]
+    listen: SocketAddr,
+    /// Worker threads for dotprod/adjust (default: available cores).
+    #[arg(long, env = "COLONNADE_SHARD_THREADS")]
+    threads: Option<usize>,
+    /// Refuse models whose two matrices need more than this many bytes.
+    #[arg(long, env = "COLONNADE_MAX_MODEL_BYTES")]
+    max_model_bytes: Option<u64>,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .init();
+    let args = Args::parse();
+    let threads = args
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, std::num::NonZero::get));
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", args.listen))?;
+    let addr = listener.local_addr().context("listener address")?;
+    tracing::info!(%addr, threads, version = env!("CARGO_PKG_VERSION"), "ps-shard serving");
+    let core = Arc::new(ShardCore::new(args.max_model_bytes));
+    serve(listener, core, threads, shutdown_signal())
+        .await
+        .context("server failed")?;
+    tracing::info!("ps-shard stopped");
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = term => {},
+    }
+}
