@@ -17,6 +17,42 @@ pub const API_VERSION: u32 = 1;
 /// Largest gRPC message either side accepts or sends (default tonic limit is 4 MiB).
 pub const MAX_MESSAGE_BYTES: usize = 512 * 1024 * 1024;
 
+/// Connects to a shard at `endpoint` (`host:port` or a URL), with the message
+/// size limits both sides use. Errors name the endpoint.
+pub async fn connect(
+    endpoint: &str,
+) -> Result<v1::shard_client::ShardClient<tonic::transport::Channel>, ConnectError> {
+    let url = if endpoint.contains("://") {
+        endpoint.to_string()
+    } else {
+        format!("http://{endpoint}")
+    };
+    let err = |source: tonic::transport::Error| ConnectError {
+        endpoint: endpoint.to_string(),
+        source,
+    };
+    let channel = tonic::transport::Endpoint::from_shared(url)
+        .map_err(err)?
+        .tcp_nodelay(true)
+        .connect_timeout(std::time::Duration::from_secs(5))
+        .http2_adaptive_window(true)
+        .connect()
+        .await
+        .map_err(err)?;
+    Ok(v1::shard_client::ShardClient::new(channel)
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES))
+}
+
+/// A shard that could not be reached.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot connect to shard {endpoint}: {source}")]
+pub struct ConnectError {
+    pub endpoint: String,
+    #[source]
+    pub source: tonic::transport::Error,
+}
+
 /// A `bytes` field whose length is not a whole number of elements.
 #[derive(Debug, thiserror::Error)]
 #[error("field `{field}`: {len} bytes is not a multiple of {elem} (little-endian {kind} array)")]

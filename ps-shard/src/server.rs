@@ -8,7 +8,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
+use tonic::transport::server::TcpIncoming;
 
 /// Serves `core` on `listener` until `shutdown` resolves.
 pub async fn serve(
@@ -26,7 +26,10 @@ pub async fn serve(
         .tcp_nodelay(true)
         .add_service(health)
         .add_service(shard)
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
+        .serve_with_incoming_shutdown(
+            TcpIncoming::from(listener).with_nodelay(Some(true)),
+            shutdown,
+        )
         .await
 }
 

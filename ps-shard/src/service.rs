@@ -66,6 +66,10 @@ impl ShardService {
         }
     }
 
+    pub fn core(&self) -> &Arc<ShardCore> {
+        &self.core
+    }
+
     async fn blocking<T: Send + 'static>(
         &self,
         f: impl FnOnce(&mut ThreadBufs) -> Result<T, Status> + Send + 'static,

@@ -1,0 +1,101 @@
+//! `colonnade-export` / `colonnade export`: export a model from running shards.
+
+use crate::{discover, export, ExportOptions};
+use anyhow::{bail, Context};
+use colonnade_common::vocab::Vocab;
+use std::path::PathBuf;
+
+/// Output files; shared by `colonnade train` and `colonnade export`.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct OutputArgs {
+    /// HDF5 file to write (`vectors`, `words`, `counts`, attributes).
+    #[arg(long = "output", env = "COLONNADE_OUTPUT")]
+    pub output: Option<PathBuf>,
+    /// Also write word2vec text format here.
+    #[arg(long, env = "COLONNADE_OUTPUT_TEXT")]
+    pub output_text: Option<PathBuf>,
+    /// Also write word2vec binary format here.
+    #[arg(long, env = "COLONNADE_OUTPUT_BINARY")]
+    pub output_binary: Option<PathBuf>,
+    /// Also store the output vectors v(w) in the HDF5 file (`output_vectors`).
+    #[arg(long, env = "COLONNADE_EXPORT_OUTPUT_VECTORS")]
+    pub output_vectors: bool,
+    /// Chunk and deflate-compress the HDF5 matrices at this level (1-9).
+    #[arg(long, env = "COLONNADE_HDF5_COMPRESS", value_parser = clap::value_parser!(u8).range(1..=9))]
+    pub hdf5_compress: Option<u8>,
+}
+
+impl OutputArgs {
+    pub fn any(&self) -> bool {
+        self.output.is_some() || self.output_text.is_some() || self.output_binary.is_some()
+    }
+
+    pub fn options(&self, attributes: serde_json::Map<String, serde_json::Value>) -> ExportOptions {
+        ExportOptions {
+            hdf5: self.output.clone(),
+            text: self.output_text.clone(),
+            binary: self.output_binary.clone(),
+            include_output: self.output_vectors,
+            compress: self.hdf5_compress,
+            attributes,
+        }
+    }
+}
+
+/// Export a trained model from running shards.
+#[derive(clap::Args, Debug)]
+pub struct ExportArgs {
+    /// Shard endpoints, comma-separated (any order).
+    #[arg(long, env = "COLONNADE_SHARDS", value_delimiter = ',', required = true)]
+    pub shards: Vec<String>,
+    /// The vocabulary file the model was trained with.
+    #[arg(long, env = "COLONNADE_VOCAB")]
+    pub vocab: PathBuf,
+    /// Model fingerprint (hex), when the shards hold several models.
+    #[arg(long, env = "COLONNADE_FINGERPRINT")]
+    pub fingerprint: Option<String>,
+    #[command(flatten)]
+    pub out: OutputArgs,
+}
+
+pub async fn run(args: ExportArgs) -> anyhow::Result<()> {
+    if !args.out.any() {
+        bail!("nothing to write: give --output, --output-text or --output-binary");
+    }
+    let fingerprint = args
+        .fingerprint
+        .as_deref()
+        .map(|f| {
+            u64::from_str_radix(f.trim_start_matches("0x"), 16)
+                .with_context(|| format!("--fingerprint {f:?} is not hex"))
+        })
+        .transpose()?;
+    let vocab = Vocab::load(&args.vocab)?;
+    let (mut shards, spec, fp) = discover(&args.shards, fingerprint).await?;
+    if spec.vocab_fingerprint != vocab.fingerprint() || spec.vocab_size != vocab.len() as u64 {
+        bail!(
+            "{}: vocabulary (fingerprint {:016x}, {} words) is not the one the shards hold ({:016x}, {} words)",
+            args.vocab.display(),
+            vocab.fingerprint(),
+            vocab.len(),
+            spec.vocab_fingerprint,
+            spec.vocab_size
+        );
+    }
+    let mut attrs = serde_json::Map::new();
+    attrs.insert("colonnade_version".into(), env!("CARGO_PKG_VERSION").into());
+    attrs.insert("model_fingerprint".into(), format!("{fp:016x}").into());
+    attrs.insert(
+        "vocab_fingerprint".into(),
+        format!("{:016x}", spec.vocab_fingerprint).into(),
+    );
+    attrs.insert("dim".into(), spec.dim.into());
+    attrs.insert("negative".into(), spec.negative.into());
+    attrs.insert("init_seed".into(), spec.init_seed.into());
+    attrs.insert("shards".into(), (shards.len() as u64).into());
+    let summary = export(&mut shards, fp, &vocab, spec.dim, &args.out.options(attrs)).await?;
+    for f in &summary.files {
+        tracing::info!(file = %f.display(), rows = summary.rows, dim = summary.dim, "written");
+    }
+    Ok(())
+}
