@@ -34,6 +34,8 @@ pub enum Command {
     Train(Box<TrainArgs>),
     /// Export a trained model from running shards.
     Export(ExportArgs),
+    /// Probe shards with grpc.health.v1 (exit 0 when all are SERVING).
+    Health(crate::health::HealthArgs),
 }
 
 #[derive(Args, Debug)]
@@ -130,7 +132,7 @@ fn available_threads() -> usize {
 
 pub fn run_vocab(args: &VocabArgs) -> anyhow::Result<()> {
     let start = Instant::now();
-    let vocab = count_vocab(&args.corpus, args.min_count, args.max_vocab)?;
+    let (vocab, _) = count_vocab(&args.corpus, args.min_count, args.max_vocab)?;
     vocab.save(&args.output)?;
     tracing::info!(
         words = vocab.len(),
@@ -142,11 +144,12 @@ pub fn run_vocab(args: &VocabArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Counts the corpus; returns the vocabulary and the corpus's token count.
 fn count_vocab(
     corpus: &[PathBuf],
     min_count: u64,
     max_vocab: Option<usize>,
-) -> anyhow::Result<Vocab> {
+) -> anyhow::Result<(Vocab, u64)> {
     let mut counter = Counter::default();
     counter.count_files(corpus)?;
     let (tokens, distinct) = (counter.tokens, counter.distinct());
@@ -164,7 +167,7 @@ fn count_vocab(
         min_count,
         "corpus counted"
     );
-    Ok(vocab)
+    Ok((vocab, tokens))
 }
 
 pub async fn run_train(args: TrainArgs) -> anyhow::Result<TrainSummary> {
@@ -172,8 +175,14 @@ pub async fn run_train(args: TrainArgs) -> anyhow::Result<TrainSummary> {
     for path in &args.corpus {
         std::fs::metadata(path).with_context(|| format!("corpus file {}", path.display()))?;
     }
-    let vocab = match &args.vocab {
-        Some(path) => Vocab::load(path)?,
+    // Corpus tokens per epoch, for the progress display: counted when we
+    // count; else the vocabulary's total (in-vocabulary words only).
+    let (vocab, tokens_per_epoch) = match &args.vocab {
+        Some(path) => {
+            let vocab = Vocab::load(path)?;
+            let total = vocab.total_count();
+            (vocab, total)
+        }
         None => tokio::task::block_in_place(|| {
             count_vocab(&args.corpus, args.min_count, args.max_vocab)
         })?,
@@ -224,8 +233,7 @@ pub async fn run_train(args: TrainArgs) -> anyhow::Result<TrainSummary> {
         max_sentence: DEFAULT_MAX_SENTENCE,
     };
     let progress = Arc::new(Progress::default());
-    // Expected tokens: counted corpus words (the vocabulary's count covers in-vocab words only).
-    let expected = u64::from(args.iter) * vocab.total_count() / args.num_workers;
+    let expected = u64::from(args.iter) * tokens_per_epoch / args.num_workers;
     let reporter = tokio::spawn(report(
         Arc::clone(&progress),
         expected,

@@ -8,5 +8,6 @@
 
 pub mod batch;
 pub mod cli;
+pub mod health;
 pub mod shards;
 pub mod train;

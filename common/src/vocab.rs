@@ -2,10 +2,12 @@
 //! ids (count descending, then bytes ascending: a pure function of the counts),
 //! and its fingerprint.
 //!
-//! File format (`vocab.tsv`): UTF-8, one `word<TAB>count` per line; lines
-//! starting with `#` are comments. word2vec's `-save-vocab` files (`word count`,
-//! space-separated) load too. Loading re-sorts, so every component that loads
-//! the same counts assigns the same ids.
+//! File format (`vocab.tsv`): UTF-8, an optional first line
+//! `# colonnade vocabulary ...`, then one `word<TAB>count` per line, the word
+//! taken literally (any bytes but ASCII whitespace, so `#tag` and `</s>` are
+//! words). word2vec's `-save-vocab` files (`word count`, space-separated, with
+//! its `</s>` marker skipped) load too. Loading re-sorts, so every component
+//! that loads the same counts assigns the same ids.
 
 use crate::corpus::{for_each_sentence, CorpusError};
 use rustc_hash::FxHashMap;
@@ -142,21 +144,28 @@ impl Vocab {
             let raw = line.map_err(io_err)?;
             let line =
                 std::str::from_utf8(&raw).map_err(|e| parse(format!("invalid UTF-8: {e}")))?;
-            let line = line.trim_end_matches(['\r', '\n']);
-            if line.is_empty() || line.starts_with('#') {
+            let line = line.strip_suffix('\r').unwrap_or(line);
+            if line.is_empty() || (lineno == 1 && line.starts_with("# colonnade vocabulary")) {
                 continue;
             }
-            let (word, count) = line
-                .split_once('\t')
-                .or_else(|| line.rsplit_once(' '))
-                .ok_or_else(|| parse("expected `word<TAB>count`".into()))?;
-            if word.is_empty() || word.chars().any(char::is_whitespace) {
+            // Our format is word<TAB>count, the word taken literally; word2vec's
+            // is `word count` with `</s>` as its sentence marker.
+            let (word, count) = match line.split_once('\t') {
+                Some(pair) => pair,
+                None => {
+                    let (word, count) = line
+                        .rsplit_once(' ')
+                        .ok_or_else(|| parse("expected `word<TAB>count`".into()))?;
+                    if word == "</s>" {
+                        continue;
+                    }
+                    (word, count)
+                }
+            };
+            if word.is_empty() || word.bytes().any(|b| b.is_ascii_whitespace()) {
                 return Err(parse(format!(
-                    "invalid word {word:?}: empty or contains whitespace"
+                    "invalid word {word:?}: empty or contains whitespace the corpus reader splits on"
                 )));
-            }
-            if word == "</s>" {
-                continue; // word2vec's sentence marker
             }
             let count: u64 = count
                 .trim()

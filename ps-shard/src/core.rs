@@ -11,7 +11,6 @@ use colonnade_common::sampler::AliasSampler;
 use colonnade_common::seeds;
 use dashmap::mapref::entry::Entry;
 use dashmap::DashMap;
-use rustc_hash::FxHashMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
@@ -127,14 +126,10 @@ pub struct Scratch {
     u_row: Vec<f32>,
     v_row: Vec<f32>,
     negs: Vec<u32>,
-    u_slot: FxHashMap<u32, u32>,
-    v_slot: FxHashMap<u32, u32>,
-    u_ids: Vec<u32>,
-    v_ids: Vec<u32>,
-    u_val: Vec<f32>,
+    /// Per input position: its accumulated Δu.
     u_delta: Vec<f32>,
-    v_val: Vec<f32>,
-    v_delta: Vec<f32>,
+    /// Every dot product's output-side word and weight, in request order.
+    targets: Vec<(u32, f32)>,
 }
 
 impl Model {
@@ -242,8 +237,10 @@ impl Model {
     }
 
     /// Applies Δu_s(w_I) += G·v_s(x) and Δv_s(x) += G·u_s(w_I) for every dot
-    /// product of the batch (paper Fig. 6), reading all vectors at their values
-    /// at the start of the call and adding the deltas at the end (paper 5.1).
+    /// product of the batch (paper Fig. 6), every vector read at its value at
+    /// the start of the call (paper 5.1). Done in three passes, so no per-row
+    /// map is needed: (1) Δu per input position from v, nothing written;
+    /// (2) v += G·u, u still untouched; (3) u += Δu.
     pub fn adjust(
         &self,
         b: &Batch<'_>,
@@ -274,29 +271,21 @@ impl Model {
             }
         }
         let cols = self.spec.cols();
-        s.u_slot.clear();
-        s.v_slot.clear();
-        s.u_ids.clear();
-        s.v_ids.clear();
-        s.u_val.clear();
+        // Pass 1 reads only start-of-call values: Δu for every input position
+        // from v, and the targets of every dot product (regenerated negatives).
         s.u_delta.clear();
-        s.v_val.clear();
-        s.v_delta.clear();
+        s.u_delta.resize(b.inputs.len() * cols, 0.0);
+        s.targets.clear();
+        s.targets.reserve(pairs * (n + 1));
+        s.u_row.resize(cols, 0.0);
+        s.v_row.resize(cols, 0.0);
         s.negs.resize(n, 0);
         let mut rng = seeds::rng(b.seed);
         let mut out_iter = b.outputs.iter();
         let mut pos_w = pos_weights.iter();
         let mut neg_w = neg_weights.chunks_exact(n.max(1));
-        for (&w_in, &count) in b.inputs.iter().zip(b.context_counts) {
-            let su = slot(
-                &self.u,
-                w_in,
-                &mut s.u_slot,
-                &mut s.u_ids,
-                &mut s.u_val,
-                &mut s.u_delta,
-                cols,
-            );
+        for (i, &count) in b.context_counts.iter().enumerate() {
+            let delta = &mut s.u_delta[i * cols..(i + 1) * cols];
             for &w_out in out_iter.by_ref().take(count as usize) {
                 self.sampler.negatives(&mut rng, w_out, &mut s.negs);
                 let (Some(&g), Some(gn)) = (pos_w.next(), neg_w.next()) else {
@@ -305,28 +294,24 @@ impl Model {
                 for (w, g) in std::iter::once((w_out, g))
                     .chain(s.negs.iter().copied().zip(gn.iter().copied()))
                 {
-                    let sv = slot(
-                        &self.v,
-                        w,
-                        &mut s.v_slot,
-                        &mut s.v_ids,
-                        &mut s.v_val,
-                        &mut s.v_delta,
-                        cols,
-                    );
-                    let (u_val, v_val) = (&s.u_val[su..su + cols], &s.v_val[sv..sv + cols]);
-                    axpy(g, v_val, &mut s.u_delta[su..su + cols]);
-                    axpy(g, u_val, &mut s.v_delta[sv..sv + cols]);
+                    self.v.read_row(w as usize, &mut s.v_row);
+                    axpy(g, &s.v_row, delta);
+                    s.targets.push((w, g));
                 }
             }
         }
-        for (i, &row) in s.u_ids.iter().enumerate() {
-            self.u
-                .add_row(row as usize, &s.u_delta[i * cols..(i + 1) * cols]);
+        // Pass 2: v(x) += G·u(w_I). u is still at its start-of-call value.
+        let mut targets = s.targets.iter();
+        for (&w_in, &count) in b.inputs.iter().zip(b.context_counts) {
+            self.u.read_row(w_in as usize, &mut s.u_row);
+            for &(w, g) in targets.by_ref().take(count as usize * (n + 1)) {
+                self.v.add_scaled_row(w as usize, g, &s.u_row);
+            }
         }
-        for (i, &row) in s.v_ids.iter().enumerate() {
-            self.v
-                .add_row(row as usize, &s.v_delta[i * cols..(i + 1) * cols]);
+        // Pass 3: u(w_I) += Δu.
+        for (i, &w_in) in b.inputs.iter().enumerate() {
+            self.u
+                .add_row(w_in as usize, &s.u_delta[i * cols..(i + 1) * cols]);
         }
         self.stats.adjust_calls.fetch_add(1, Relaxed);
         self.stats.pairs_adjusted.fetch_add(pairs as u64, Relaxed);
@@ -359,29 +344,6 @@ impl Model {
         }
         Ok(())
     }
-}
-
-/// Offset of `id`'s row in the gathered buffers, loading it on first sight.
-#[inline]
-fn slot(
-    m: &HogwildMatrix,
-    id: u32,
-    slots: &mut FxHashMap<u32, u32>,
-    ids: &mut Vec<u32>,
-    val: &mut Vec<f32>,
-    delta: &mut Vec<f32>,
-    cols: usize,
-) -> usize {
-    let next = ids.len() as u32;
-    let index = *slots.entry(id).or_insert(next);
-    if index == next {
-        ids.push(id);
-        let start = val.len();
-        val.resize(start + cols, 0.0);
-        m.read_row(id as usize, &mut val[start..]);
-        delta.resize(start + cols, 0.0);
-    }
-    index as usize * cols
 }
 
 /// All models this shard holds, keyed by fingerprint.

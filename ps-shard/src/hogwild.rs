@@ -59,6 +59,17 @@ impl HogwildMatrix {
         }
     }
 
+    /// Adds `alpha·x` (length `cols`) to row `row`.
+    #[inline]
+    pub fn add_scaled_row(&self, row: usize, alpha: f32, x: &[f32]) {
+        for (c, xi) in self.row(row).iter().zip(x) {
+            c.store(
+                (f32::from_bits(c.load(Relaxed)) + alpha * xi).to_bits(),
+                Relaxed,
+            );
+        }
+    }
+
     /// Adds `delta` (length `cols`) to row `row`.
     #[inline]
     pub fn add_row(&self, row: usize, delta: &[f32]) {

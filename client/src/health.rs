@@ -1,0 +1,57 @@
+//! `colonnade health`: a grpc.health.v1 probe for shards, for container
+//! health checks in images that have no shell (exit 0 when every shard is
+//! SERVING).
+
+use anyhow::{bail, Context};
+use std::time::Duration;
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_client::HealthClient;
+use tonic_health::pb::HealthCheckRequest;
+
+#[derive(clap::Args, Debug)]
+pub struct HealthArgs {
+    /// Shard endpoints to probe, comma-separated host:port.
+    #[arg(long, env = "COLONNADE_SHARDS", value_delimiter = ',', required = true)]
+    pub shards: Vec<String>,
+    /// Give up on a shard after this many seconds.
+    #[arg(long, env = "COLONNADE_HEALTH_TIMEOUT_SECS", default_value_t = 3)]
+    pub timeout_secs: u64,
+    /// Service name to check ("" is the whole server).
+    #[arg(long, default_value = "colonnade.v1.Shard")]
+    pub service: String,
+}
+
+pub async fn run(args: &HealthArgs) -> anyhow::Result<()> {
+    let timeout = Duration::from_secs(args.timeout_secs.max(1));
+    for endpoint in &args.shards {
+        let url = if endpoint.contains("://") {
+            endpoint.clone()
+        } else {
+            format!("http://{endpoint}")
+        };
+        let probe = async {
+            let channel = tonic::transport::Endpoint::from_shared(url.clone())?
+                .connect_timeout(timeout)
+                .connect()
+                .await?;
+            let resp = HealthClient::new(channel)
+                .check(HealthCheckRequest {
+                    service: args.service.clone(),
+                })
+                .await?
+                .into_inner();
+            anyhow::Ok(resp.status)
+        };
+        let status = tokio::time::timeout(timeout, probe)
+            .await
+            .with_context(|| format!("shard {endpoint}: no health answer within {timeout:?}"))?
+            .with_context(|| format!("shard {endpoint}: health check failed"))?;
+        if status != ServingStatus::Serving as i32 {
+            let name = ServingStatus::try_from(status)
+                .map_or_else(|_| status.to_string(), |s| s.as_str_name().to_string());
+            bail!("shard {endpoint}: {name}");
+        }
+        println!("{endpoint}: SERVING");
+    }
+    Ok(())
+}
