@@ -1,0 +1,517 @@
+#!/usr/bin/env python3
+"""Quality and speed benchmark: Colonnade against gensim 4.4 skip-gram.
+
+In one run, on the same decompressed corpus and the same settings
+(default: --size 100 --window 5 --negative 5 --min-count 5 --sample 1e-4
+--iter 5, 2 threads):
+
+1. gensim `Word2Vec(sg=1, hs=0, workers=2, seed=1)`, fed the corpus streamed
+   with `LineSentence` (lines cut into 10,000-token sentences, as Colonnade
+   reads them); `build_vocab` and `train` are timed separately;
+2. `colonnade train --embedded-shards 2 --threads 2` (once per
+   `--minibatch-sweep` value, if given), vectors written in word2vec binary;
+3. both evaluated by the same code: Google analogies with gensim's
+   `evaluate_word_analogies(restrict_vocab=30000, case_insensitive=True)`
+   (3CosAdd) and WS-353 Spearman ρ with `evaluate_word_pairs`.
+
+Each system runs as a child process, so its wall time, CPU time and peak RSS
+are its own (os.wait4). "train s" is training only: gensim's `train()` call,
+Colonnade's own training time (its --summary, without counting the vocabulary
+or exporting). "train CPU s" is CPU time over the same span (gensim: getrusage
+around `train()`; Colonnade: /proc/<pid>/stat sampled when its log says the
+model is ready and when training is done). "proc CPU s" and "peak RSS" cover
+the whole child process (vocabulary, training, export).
+
+Prints a markdown table and writes a JSON result file.
+
+Usage (from any directory):
+    bench/quality.sh                                   # build, set up, run
+    .venv/bin/python bench/quality.py --iter 1 --corpus testdata/sample.txt.xz
+    .venv/bin/python bench/quality.py --skip-gensim --minibatch-sweep 64,256,1024
+    .venv/bin/python bench/quality.py --colonnade-only-args "--in-flight 4"
+Unknown options are passed to `colonnade train` too (e.g. --minibatch 512).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import lzma
+import os
+import platform
+import re
+import resource
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+DATA = (REPO / ".." / "shared" / "data").resolve()
+DEFAULT_CORPUS = DATA / "corpus" / "enwiki_text8style_part01.txt.xz"
+DEFAULT_EVAL = DATA / "eval"
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def log(msg: str) -> None:
+    print(f"[quality {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def decompress(src: Path, dst: Path) -> int:
+    """Writes the plain text of `src` (xz, gzip or plain) to `dst`; returns its token count."""
+    with open(src, "rb") as f:
+        magic = f.read(6)
+    if magic.startswith(b"\xfd7zXZ\x00"):
+        opener = lzma.open
+    elif magic.startswith(b"\x1f\x8b"):
+        import gzip
+
+        opener = gzip.open
+    else:
+        opener = open
+    tokens = 0
+    with opener(src, "rb") as fin, open(dst, "wb") as fout:
+        for line in fin:
+            fout.write(line)
+            tokens += len(line.split())
+    return tokens
+
+
+def proc_cpu_seconds(pid: int) -> float | None:
+    """utime + stime of a running process (all its threads), from /proc."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read().decode()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def run_child(args: list[str], log_path: Path, on_line=None) -> dict:
+    """Runs a child to completion, streaming its stderr to `log_path` (and to
+    `on_line(line, pid)`); returns exit code, wall seconds and the child's own
+    rusage (os.wait4): CPU seconds and peak RSS."""
+    start = time.monotonic()
+    proc = subprocess.Popen(
+        args,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "NO_COLOR": "1", "RUST_LIB_BACKTRACE": "0"},
+    )
+
+    def pump() -> None:
+        with open(log_path, "w", encoding="utf-8") as logf:
+            assert proc.stdout is not None
+            for raw in proc.stdout:
+                line = ANSI.sub("", raw.decode("utf-8", "replace"))
+                logf.write(line)
+                logf.flush()
+                if on_line is not None:
+                    on_line(line, proc.pid)
+
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    wall = time.monotonic() - start
+    reader.join()
+    return {
+        "returncode": proc.returncode,
+        "wall_seconds": wall,
+        "cpu_seconds": usage.ru_utime + usage.ru_stime,
+        "user_seconds": usage.ru_utime,
+        "sys_seconds": usage.ru_stime,
+        "peak_rss_mb": usage.ru_maxrss / 1024.0,  # Linux: KiB
+    }
+
+
+def tail(path: Path, n: int = 30) -> str:
+    try:
+        return "".join(path.read_text(errors="replace").splitlines(True)[-n:])
+    except OSError:
+        return ""
+
+
+# --------------------------------------------------------------------------- gensim
+
+
+def gensim_worker(args: argparse.Namespace) -> None:
+    """Runs in a child process: trains gensim and saves word2vec binary vectors."""
+    import logging
+
+    from gensim.models import Word2Vec
+    from gensim.models.word2vec import LineSentence
+
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(message)s", level=logging.INFO)
+    import gensim
+
+    model = Word2Vec(
+        vector_size=args.size,
+        window=args.window,
+        negative=args.negative,
+        min_count=args.min_count,
+        sample=args.sample,
+        alpha=args.alpha,
+        min_alpha=0.0001,
+        epochs=args.iter,
+        sg=1,
+        hs=0,
+        workers=args.threads,
+        seed=1,
+    )
+    corpus = LineSentence(args.gensim_worker_corpus, max_sentence_length=10_000)
+    t0 = time.monotonic()
+    model.build_vocab(corpus_iterable=corpus)
+    vocab_seconds = time.monotonic() - t0
+    r0 = resource.getrusage(resource.RUSAGE_SELF)
+    t0 = time.monotonic()
+    trained_words, raw_words = model.train(
+        corpus_iterable=corpus,
+        total_examples=model.corpus_count,
+        total_words=model.corpus_total_words,
+        epochs=model.epochs,
+    )
+    train_seconds = time.monotonic() - t0
+    r1 = resource.getrusage(resource.RUSAGE_SELF)
+    model.wv.save_word2vec_format(args.gensim_worker_out, binary=True)
+    result = {
+        "gensim_version": gensim.__version__,
+        "vocab_seconds": vocab_seconds,
+        "train_seconds": train_seconds,
+        "train_cpu_seconds": (r1.ru_utime + r1.ru_stime) - (r0.ru_utime + r0.ru_stime),
+        "corpus_tokens": int(model.corpus_total_words),
+        "sentences": int(model.corpus_count),
+        "vocab_size": len(model.wv),
+        "trained_words": int(trained_words),
+        "raw_words": int(raw_words),
+    }
+    Path(args.gensim_worker_result).write_text(json.dumps(result, indent=2))
+
+
+def run_gensim(args: argparse.Namespace, plain: Path, work: Path) -> dict:
+    out = work / "gensim.bin"
+    result_path = work / "gensim.json"
+    cmd = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--gensim-worker-corpus", str(plain),
+        "--gensim-worker-out", str(out),
+        "--gensim-worker-result", str(result_path),
+        "--size", str(args.size),
+        "--window", str(args.window),
+        "--negative", str(args.negative),
+        "--min-count", str(args.min_count),
+        "--sample", repr(args.sample),
+        "--alpha", repr(args.alpha),
+        "--iter", str(args.iter),
+        "--threads", str(args.threads),
+    ]
+    log("gensim: training (log: %s)" % (work / "gensim.log"))
+    proc = run_child(cmd, work / "gensim.log")
+    if proc["returncode"] != 0:
+        raise SystemExit(f"gensim run failed (exit {proc['returncode']}):\n{tail(work / 'gensim.log')}")
+    res = json.loads(result_path.read_text())
+    res.update(proc)
+    res["vectors"] = str(out)
+    res["system"] = f"gensim {res['gensim_version']}"
+    log(f"gensim: trained in {res['train_seconds']:.1f} s (vocabulary {res['vocab_seconds']:.1f} s)")
+    return res
+
+
+# --------------------------------------------------------------------------- colonnade
+
+
+def colonnade_version(bin_dir: Path) -> str:
+    try:
+        out = subprocess.run([str(bin_dir / "colonnade"), "--version"], capture_output=True, text=True, check=True)
+        return out.stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "colonnade ?"
+
+
+def run_colonnade(args: argparse.Namespace, plain: Path, work: Path, minibatch: int | None, extra: list[str]) -> dict:
+    tag = f"colonnade-mb{minibatch}" if minibatch is not None else "colonnade"
+    binary = work / f"{tag}.bin"
+    summary = work / f"{tag}.summary.json"
+    cmd = [
+        str(args.bin_dir / "colonnade"), "train",
+        "--corpus", str(plain),
+        "--embedded-shards", str(args.embedded_shards),
+        "--threads", str(args.threads),
+        "--size", str(args.size),
+        "--window", str(args.window),
+        "--negative", str(args.negative),
+        "--min-count", str(args.min_count),
+        "--sample", repr(args.sample),
+        "--alpha", repr(args.alpha),
+        "--iter", str(args.iter),
+        *([] if any(a == "--seed" or a.startswith("--seed=") for a in extra) else ["--seed", "1"]),
+        "--output-binary", str(binary),
+        "--summary", str(summary),
+    ]
+    if minibatch is not None:
+        cmd += ["--minibatch", str(minibatch)]
+    cmd += extra
+    marks: dict[str, float | None] = {}
+
+    def on_line(line: str, pid: int) -> None:
+        if "model ready on every shard" in line and "start" not in marks:
+            marks["start"] = proc_cpu_seconds(pid)
+        elif "training done" in line and "end" not in marks:
+            marks["end"] = proc_cpu_seconds(pid)
+        if "progress" in line or line.startswith("trained "):
+            log(f"{tag}: {line.strip()}")
+
+    log(f"{tag}: {shlex.join(cmd)}")
+    proc = run_child(cmd, work / f"{tag}.log", on_line)
+    if proc["returncode"] != 0:
+        raise SystemExit(f"{tag} failed (exit {proc['returncode']}):\n{tail(work / f'{tag}.log')}")
+    s = json.loads(summary.read_text())
+    start, end = marks.get("start"), marks.get("end")
+    with open(binary, "rb") as f:
+        vocab_size = int(f.readline().split()[0])
+    res = {
+        "system": "colonnade" + (f" (minibatch {minibatch})" if minibatch is not None else ""),
+        "command": cmd,
+        "minibatch": minibatch,
+        "train_seconds": s["seconds"],
+        "train_cpu_seconds": (end - start) if start is not None and end is not None else None,
+        "corpus_tokens": s["tokens"] // max(args.iter, 1),
+        "vocab_size": vocab_size,
+        "summary": s,
+        "vectors": str(binary),
+        "version": colonnade_version(args.bin_dir),
+    }
+    res.update(proc)
+    log(f"{tag}: trained in {res['train_seconds']:.1f} s")
+    return res
+
+
+# --------------------------------------------------------------------------- evaluation
+
+
+def evaluate(vectors: Path, eval_dir: Path) -> dict:
+    """The same evaluation for every system."""
+    from gensim.models import KeyedVectors
+
+    kv = KeyedVectors.load_word2vec_format(str(vectors), binary=True)
+    score, sections = kv.evaluate_word_analogies(
+        str(eval_dir / "questions-words.txt"), restrict_vocab=30000, case_insensitive=True
+    )
+    per = {}
+    sem = [0, 0]
+    syn = [0, 0]
+    for sec in sections:
+        name = sec["section"]
+        c, i = len(sec["correct"]), len(sec["incorrect"])
+        per[name] = {"correct": c, "total": c + i}
+        if name == "Total accuracy":
+            continue
+        bucket = syn if name.startswith("gram") else sem
+        bucket[0] += c
+        bucket[1] += c + i
+    total = per.get("Total accuracy", {"correct": 0, "total": 0})
+    pearson, spearman, oov = kv.evaluate_word_pairs(str(eval_dir / "wordsim353.tsv"), case_insensitive=True)
+    rho = float(getattr(spearman, "statistic", spearman[0]))
+    return {
+        "analogy_accuracy": float(score),
+        "analogy_correct": total["correct"],
+        "analogy_questions": total["total"],
+        "analogy_semantic": sem[0] / sem[1] if sem[1] else None,
+        "analogy_syntactic": syn[0] / syn[1] if syn[1] else None,
+        "analogy_sections": per,
+        "ws353_spearman": rho,
+        "ws353_pearson": float(pearson[0]),
+        "ws353_oov_percent": float(oov),
+        "vocab_size": len(kv),
+    }
+
+
+# --------------------------------------------------------------------------- report
+
+
+def fmt(x, spec: str, none: str = "n/a") -> str:
+    return none if x is None else format(x, spec)
+
+
+def table(rows: list[dict], iters: int) -> str:
+    head = (
+        "| system | train s | corpus words/s | train CPU s | proc CPU s | proc wall s | peak RSS MB "
+        "| vocab | analogy % (sem / syn) | WS-353 ρ |"
+    )
+    lines = [head, "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|"]
+    for r in rows:
+        wps = r["corpus_tokens"] * iters / r["train_seconds"] if r["train_seconds"] > 0 else None
+        e = r["eval"]
+        sem = None if e["analogy_semantic"] is None else 100 * e["analogy_semantic"]
+        syn = None if e["analogy_syntactic"] is None else 100 * e["analogy_syntactic"]
+        lines.append(
+            f"| {r['system']} | {r['train_seconds']:.1f} | {fmt(wps, ',.0f')} | {fmt(r.get('train_cpu_seconds'), '.1f')} "
+            f"| {r['cpu_seconds']:.1f} | {r['wall_seconds']:.1f} | {r['peak_rss_mb']:.0f} | {r['vocab_size']:,} "
+            f"| {100 * e['analogy_accuracy']:.1f} ({fmt(sem, '.1f')} / {fmt(syn, '.1f')}) | {e['ws353_spearman']:.3f} |"
+        )
+    return "\n".join(lines)
+
+
+def diff_table(gensim: dict, others: list[dict]) -> str:
+    lines = [
+        "| Colonnade − gensim | Δ analogy (pp) | Δ WS-353 ρ | train time ratio | train CPU ratio | peak RSS ratio |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    g = gensim["eval"]
+    for r in others:
+        e = r["eval"]
+        cpu = (
+            r["train_cpu_seconds"] / gensim["train_cpu_seconds"]
+            if r.get("train_cpu_seconds") and gensim.get("train_cpu_seconds")
+            else None
+        )
+        lines.append(
+            f"| {r['system']} | {100 * (e['analogy_accuracy'] - g['analogy_accuracy']):+.1f} "
+            f"| {e['ws353_spearman'] - g['ws353_spearman']:+.3f} "
+            f"| {r['train_seconds'] / gensim['train_seconds']:.2f}× | {fmt(cpu, '.2f')}{'×' if cpu else ''} "
+            f"| {r['peak_rss_mb'] / gensim['peak_rss_mb']:.2f}× |"
+        )
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- main
+
+
+def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    p = argparse.ArgumentParser(
+        allow_abbrev=False,
+        description="Colonnade vs gensim skip-gram: speed and embedding quality on the same corpus.",
+        epilog="Unknown options are passed to `colonnade train` (e.g. --minibatch 512, --in-flight 4).",
+    )
+    p.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS, help="corpus file (plain, .xz or .gz); default: %(default)s")
+    p.add_argument("--eval-dir", type=Path, default=DEFAULT_EVAL, help="folder with questions-words.txt and wordsim353.tsv")
+    p.add_argument("--bin-dir", type=Path, default=Path(os.environ.get("COLONNADE_BIN_DIR", REPO / "target" / "release")))
+    p.add_argument("--size", type=int, default=100)
+    p.add_argument("--window", type=int, default=5)
+    p.add_argument("--negative", type=int, default=5)
+    p.add_argument("--min-count", type=int, default=5)
+    p.add_argument("--sample", type=float, default=1e-4)
+    p.add_argument("--alpha", type=float, default=0.025)
+    p.add_argument("--iter", type=int, default=5)
+    p.add_argument("--threads", type=int, default=2, help="gensim workers and Colonnade client threads")
+    p.add_argument("--embedded-shards", type=int, default=2)
+    p.add_argument("--skip-gensim", action="store_true", help="run and report Colonnade only")
+    p.add_argument("--colonnade-only-args", default="", help="extra flags for `colonnade train` only, one string")
+    p.add_argument("--minibatch-sweep", default=None, help="comma-separated minibatch sizes: one Colonnade run each")
+    p.add_argument("--json-out", type=Path, default=None,
+                   help="result file (default: <repo>/bench/results/quality-<time>.json)")
+    p.add_argument("--workdir", type=Path, default=None, help="keep the corpus, vectors and logs here (default: a temp dir, removed)")
+    # Internal: the gensim child process.
+    p.add_argument("--gensim-worker-corpus", help=argparse.SUPPRESS)
+    p.add_argument("--gensim-worker-out", help=argparse.SUPPRESS)
+    p.add_argument("--gensim-worker-result", help=argparse.SUPPRESS)
+    args, unknown = p.parse_known_args(argv)
+    return args, unknown
+
+
+def main(argv: list[str]) -> int:
+    args, passthrough = parse_args(argv)
+    if args.gensim_worker_corpus:
+        gensim_worker(args)
+        return 0
+    args.corpus = args.corpus.resolve()
+    args.eval_dir = args.eval_dir.resolve()
+    args.bin_dir = args.bin_dir.resolve()
+    for f in (args.corpus, args.eval_dir / "questions-words.txt", args.eval_dir / "wordsim353.tsv"):
+        if not f.is_file():
+            raise SystemExit(f"missing input file: {f}")
+    if not os.access(args.bin_dir / "colonnade", os.X_OK):
+        raise SystemExit(f"{args.bin_dir / 'colonnade'} not found: run `cargo build --release` (or bench/quality.sh)")
+    extra = shlex.split(args.colonnade_only_args) + passthrough
+    sweep = [int(x) for x in args.minibatch_sweep.split(",") if x.strip()] if args.minibatch_sweep else [None]
+    if args.minibatch_sweep and any(a == "--minibatch" or a.startswith("--minibatch=") for a in extra):
+        raise SystemExit("give either --minibatch-sweep or --minibatch, not both")
+
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    json_out = (args.json_out or (REPO / "bench" / "results" / f"quality-{stamp}.json")).resolve()
+    keep = args.workdir is not None
+    work = args.workdir.resolve() if keep else Path(tempfile.mkdtemp(prefix="colonnade-quality-"))
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        plain = work / "corpus.txt"
+        log(f"decompressing {args.corpus} -> {plain}")
+        t0 = time.monotonic()
+        tokens = decompress(args.corpus, plain)
+        log(f"corpus: {tokens:,} tokens ({time.monotonic() - t0:.1f} s)")
+
+        rows = []
+        gensim_row = None
+        if not args.skip_gensim:
+            gensim_row = run_gensim(args, plain, work)
+            rows.append(gensim_row)
+        for mb in sweep:
+            rows.append(run_colonnade(args, plain, work, mb, extra))
+        for r in rows:
+            log(f"evaluating {r['system']}")
+            r["eval"] = evaluate(Path(r["vectors"]), args.eval_dir)
+            r["words_per_second"] = r["corpus_tokens"] * args.iter / r["train_seconds"]
+
+        settings = (
+            f"size {args.size}, window {args.window}, negative {args.negative}, min-count {args.min_count}, "
+            f"sample {args.sample:g}, alpha {args.alpha:g}, iter {args.iter}, threads {args.threads}, "
+            f"Colonnade --embedded-shards {args.embedded_shards}"
+            + (f" {shlex.join(extra)}" if extra else "")
+        )
+        out = [
+            f"## Quality benchmark: {args.corpus.name} ({tokens:,} tokens)",
+            "",
+            f"Settings: {settings}. Host: {platform.node()}, {os.cpu_count()} CPUs.",
+            "Analogies: questions-words.txt, top-30k vocabulary, case-insensitive, 3CosAdd; "
+            "WS-353: Spearman ρ. corpus words/s = corpus tokens × epochs ÷ train s.",
+            "",
+            table(rows, args.iter),
+        ]
+        if gensim_row is not None:
+            out += ["", diff_table(gensim_row, [r for r in rows if r is not gensim_row])]
+            vs = {r["vocab_size"] for r in rows}
+            if len(vs) > 1:
+                out += ["", f"**Warning:** vocabulary sizes differ: {sorted(vs)}"]
+            ct = {r["corpus_tokens"] for r in rows}
+            if len(ct) > 1:
+                out += ["", f"**Warning:** corpus token counts differ: {sorted(ct)}"]
+        report = "\n".join(out)
+        print(report)
+
+        result = {
+            "time": stamp,
+            "corpus": str(args.corpus),
+            "corpus_tokens": tokens,
+            "settings": {
+                k: getattr(args, k)
+                for k in ("size", "window", "negative", "min_count", "sample", "alpha", "iter", "threads", "embedded_shards")
+            },
+            "colonnade_extra_args": extra,
+            "host": {"node": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version()},
+            "rows": rows,
+            "markdown": report,
+        }
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        json_out.write_text(json.dumps(result, indent=2, default=str))
+        log(f"results written to {json_out}")
+        if keep:
+            log(f"vectors and logs kept in {work}")
+    finally:
+        if not keep:
+            shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,322 @@
+//! A real cluster on loopback: export read back from HDF5 equals what the
+//! shards hold; hostile and mistaken requests get the documented gRPC codes,
+//! name what is wrong and leave the shard's state untouched.
+
+mod common;
+
+use colonnade_client::shards::{create_model, model_spec, GrpcShard};
+use colonnade_common::vocab::Vocab;
+use colonnade_exporter::{discover, export, ExportOptions};
+use colonnade_proto::v1::{self, AdjustRequest, DotprodRequest, Minibatch};
+use colonnade_proto::{encode_f32, encode_u32};
+use colonnade_ps_shard::core::Matrix;
+use colonnade_ps_shard::SpawnedShard;
+use common::{assemble, params, run, sample_corpus, vocab_of, DIM};
+use std::sync::Arc;
+use std::time::Duration;
+use tonic::Code;
+
+async fn cluster(n: usize) -> (Vec<SpawnedShard>, Vec<GrpcShard>) {
+    let mut spawned = Vec::new();
+    let mut clients = Vec::new();
+    for _ in 0..n {
+        let s = SpawnedShard::start(([127, 0, 0, 1], 0).into(), 2, None)
+            .await
+            .expect("start shard");
+        clients.push(
+            GrpcShard::connect(&s.endpoint(), Duration::from_secs(5))
+                .await
+                .expect("connect"),
+        );
+        spawned.push(s);
+    }
+    (spawned, clients)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hdf5_export_equals_shard_state() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let corpus = sample_corpus(dir.path(), 10_000);
+    let vocab = Arc::new(vocab_of(&corpus, 2));
+    let (spawned, clients) = cluster(3).await;
+    let mut p = params(5);
+    p.concurrency = 4;
+    let (fp, _) = run(clients, &vocab, &corpus, &p).await;
+
+    let endpoints: Vec<String> = spawned.iter().rev().map(SpawnedShard::endpoint).collect();
+    let (mut handles, spec, found) = discover(&endpoints, None).await.expect("discover");
+    assert_eq!(found, fp);
+    let h5 = dir.path().join("model.h5");
+    let opts = ExportOptions {
+        hdf5: Some(h5.clone()),
+        include_output: true,
+        ..Default::default()
+    };
+    export(&mut handles, fp, &vocab, spec.dim, &opts)
+        .await
+        .expect("export");
+
+    let cores: Vec<_> = spawned.iter().map(|s| Arc::clone(&s.core)).collect();
+    let v = vocab.len() as u64;
+    let file = hdf5::File::open(&h5).expect("open h5");
+    let vectors = file.dataset("vectors").expect("vectors");
+    assert_eq!(vectors.shape(), vec![vocab.len(), DIM as usize]);
+    let got: Vec<f32> = vectors.read_raw().expect("read vectors");
+    assert_eq!(
+        got,
+        assemble(&cores, fp, Matrix::Input, v),
+        "HDF5 vectors equal the shards' input rows"
+    );
+    let out: Vec<f32> = file
+        .dataset("output_vectors")
+        .expect("output_vectors")
+        .read_raw()
+        .expect("read");
+    assert_eq!(out, assemble(&cores, fp, Matrix::Output, v));
+    let words: Vec<hdf5::types::VarLenUnicode> = file
+        .dataset("words")
+        .expect("words")
+        .read_raw()
+        .expect("read");
+    let words: Vec<String> = words.iter().map(|w| w.as_str().to_string()).collect();
+    assert_eq!(words, vocab.words());
+    let counts: Vec<u64> = file
+        .dataset("counts")
+        .expect("counts")
+        .read_raw()
+        .expect("read");
+    assert_eq!(counts, vocab.counts());
+    for s in spawned {
+        s.stop().await;
+    }
+}
+
+fn minibatch(fp: u64, inputs: &[u32], counts: &[u32], outputs: &[u32]) -> Minibatch {
+    Minibatch {
+        model_fingerprint: fp,
+        seed: 7,
+        inputs: encode_u32(inputs),
+        context_counts: encode_u32(counts),
+        outputs: encode_u32(outputs),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_requests_are_rejected_without_state_change() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let corpus = sample_corpus(dir.path(), 3_000);
+    let vocab = vocab_of(&corpus, 2);
+    let (spawned, clients) = cluster(1).await;
+    let spec = model_spec(&vocab, DIM, 4, 0.75, 1);
+    let fp = create_model(&clients, &spec, &vocab).await.expect("create");
+    let core = Arc::clone(&spawned[0].core);
+    let v = vocab.len() as u64;
+    let before = (
+        assemble(&[Arc::clone(&core)], fp, Matrix::Input, v),
+        assemble(&[Arc::clone(&core)], fp, Matrix::Output, v),
+    );
+    let mut client = clients[0].client.clone();
+    let big = v as u32;
+
+    let cases: Vec<(Minibatch, usize, usize, Code, &str)> = vec![
+        (
+            minibatch(fp, &[0, big], &[1, 1], &[1, 2]),
+            2,
+            8,
+            Code::InvalidArgument,
+            "`inputs`",
+        ),
+        (
+            minibatch(fp, &[0, 1], &[1, 1], &[1, u32::MAX]),
+            2,
+            8,
+            Code::InvalidArgument,
+            "`outputs`",
+        ),
+        (
+            minibatch(fp, &[0, 1], &[1], &[1, 2]),
+            2,
+            8,
+            Code::InvalidArgument,
+            "`context_counts`",
+        ),
+        (
+            minibatch(fp, &[0, 1], &[1, 1], &[1, 2]),
+            3,
+            8,
+            Code::InvalidArgument,
+            "`pos_weights`",
+        ),
+        (
+            minibatch(fp, &[0, 1], &[1, 1], &[1, 2]),
+            2,
+            7,
+            Code::InvalidArgument,
+            "`neg_weights`",
+        ),
+        (
+            minibatch(fp ^ 1, &[0, 1], &[1, 1], &[1, 2]),
+            2,
+            8,
+            Code::FailedPrecondition,
+            "fingerprint",
+        ),
+    ];
+    for (batch, np, nn, code, needle) in cases {
+        let req = AdjustRequest {
+            batch: Some(batch.clone()),
+            pos_weights: encode_f32(&vec![0.5; np]),
+            neg_weights: encode_f32(&vec![-0.5; nn]),
+        };
+        let err = client.adjust(req).await.expect_err(needle);
+        assert_eq!(err.code(), code, "{needle}: {err:?}");
+        assert!(
+            err.message().contains(needle),
+            "{:?} should name {needle}",
+            err.message()
+        );
+        if np == 2 && nn == 8 {
+            let err = client
+                .dotprod(DotprodRequest { batch: Some(batch) })
+                .await
+                .expect_err(needle);
+            assert_eq!(err.code(), code);
+        }
+    }
+    // Malformed byte arrays and a missing batch.
+    let mut odd = minibatch(fp, &[0], &[1], &[1]);
+    odd.outputs = vec![1u8, 2, 3].into();
+    let err = client
+        .dotprod(DotprodRequest { batch: Some(odd) })
+        .await
+        .expect_err("odd length");
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert!(err.message().contains("`outputs`"), "{}", err.message());
+    let err = client
+        .dotprod(DotprodRequest { batch: None })
+        .await
+        .expect_err("no batch");
+    assert_eq!(err.code(), Code::InvalidArgument);
+    let req = AdjustRequest {
+        batch: Some(minibatch(fp, &[0], &[1], &[1])),
+        pos_weights: encode_f32(&[f32::INFINITY]),
+        neg_weights: encode_f32(&[0.0; 4]),
+    };
+    assert_eq!(
+        client.adjust(req).await.expect_err("inf").code(),
+        Code::InvalidArgument
+    );
+    let pull = v1::PullRowsRequest {
+        model_fingerprint: fp,
+        matrix: 1,
+        row_start: 0,
+        row_end: v + 1,
+    };
+    assert_eq!(
+        client.pull_rows(pull).await.expect_err("rows").code(),
+        Code::InvalidArgument
+    );
+
+    let after = (
+        assemble(&[Arc::clone(&core)], fp, Matrix::Input, v),
+        assemble(&[core], fp, Matrix::Output, v),
+    );
+    assert!(before == after, "rejected requests changed the model");
+
+    // A valid request does change it (so the comparison above can fail).
+    let req = AdjustRequest {
+        batch: Some(minibatch(fp, &[0], &[1], &[1])),
+        pos_weights: encode_f32(&[0.5]),
+        neg_weights: encode_f32(&[-0.5; 4]),
+    };
+    client.adjust(req).await.expect("valid adjust");
+    let changed = assemble(&[Arc::clone(&spawned[0].core)], fp, Matrix::Output, v);
+    assert!(changed != before.1);
+    for s in spawned {
+        s.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shard_with_another_vocabulary_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let corpus = sample_corpus(dir.path(), 3_000);
+    let vocab = vocab_of(&corpus, 2);
+    let (spawned, clients) = cluster(2).await;
+    let spec = model_spec(&vocab, DIM, 4, 0.75, 1);
+    let fp = create_model(&clients, &spec, &vocab).await.expect("create");
+
+    // Another client with a different vocabulary trains against the same shards:
+    // its fingerprint is unknown to them, so dotprod fails with FailedPrecondition.
+    let mut pairs: Vec<(String, u64)> = vocab
+        .words()
+        .iter()
+        .cloned()
+        .zip(vocab.counts().iter().copied())
+        .collect();
+    pairs[0].1 += 1;
+    let other = Vocab::from_pairs(pairs, None).expect("vocab");
+    let other_fp = model_spec(&other, DIM, 4, 0.75, 1).fingerprint();
+    assert_ne!(other_fp, fp);
+    let mut p = params(1);
+    p.iter = 1;
+    let err = colonnade_client::train::train(
+        clients.clone(),
+        other_fp,
+        Arc::new(other),
+        vec![corpus.clone()],
+        p,
+        Arc::default(),
+    )
+    .await
+    .expect_err("unknown model");
+    let msg = format!("{err:#}");
+    let named = spawned.iter().any(|s| msg.contains(&s.endpoint()));
+    assert!(
+        named && msg.contains("holds no model with fingerprint"),
+        "{msg}"
+    );
+
+    // The same model with another column split is refused on the shard that holds it.
+    let mut swapped = clients.clone();
+    swapped.reverse();
+    let err = create_model(&swapped, &spec, &vocab)
+        .await
+        .expect_err("columns conflict");
+    assert!(format!("{err:#}").contains("columns"), "{err:#}");
+
+    // Exporting with the wrong vocabulary file names the file.
+    let bad_vocab = dir.path().join("other.tsv");
+    Vocab::from_pairs(vec![("a".into(), 3), ("b".into(), 2)], None)
+        .expect("vocab")
+        .save(&bad_vocab)
+        .expect("save");
+    let args = colonnade_exporter::cli::ExportArgs {
+        shards: spawned.iter().map(SpawnedShard::endpoint).collect(),
+        vocab: bad_vocab.clone(),
+        fingerprint: None,
+        out: colonnade_exporter::cli::OutputArgs {
+            output: Some(dir.path().join("x.h5")),
+            ..Default::default()
+        },
+    };
+    let err = colonnade_exporter::cli::run(args)
+        .await
+        .expect_err("vocab mismatch");
+    assert!(format!("{err:#}").contains("other.tsv"), "{err:#}");
+    for s in spawned {
+        s.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn unreachable_shard_is_named() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr").to_string();
+    drop(listener);
+    let err = GrpcShard::connect(&addr, Duration::from_millis(300))
+        .await
+        .err()
+        .expect("nothing listens");
+    assert!(format!("{err:#}").contains(&addr), "{err:#}");
+}

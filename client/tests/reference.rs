@@ -1,0 +1,245 @@
+//! The distributed trainer against a plain single-process SGNS reference.
+//!
+//! The reference below follows word2vec's skip-gram negative-sampling math on
+//! full vectors, written out longhand (f64 dot products, explicit sigmoid), with
+//! the minibatch semantics of the paper (Fig. 6, section 5.1: all vectors of a
+//! minibatch are read at its start and its deltas applied at its end). It shares
+//! with the system only what the system's components must agree on bit for bit
+//! by design (vocabulary order, seed derivation, the alias sampler, row init);
+//! the windowing, subsampling, minibatch grouping, learning-rate schedule and
+//! the gradient are its own. In deterministic mode (one minibatch in flight) the
+//! distributed run must match it to float tolerance, for 1 and for 3 shards.
+
+mod common;
+
+use colonnade_client::shards::{GrpcShard, LocalShard};
+use colonnade_common::corpus::SentenceReader;
+use colonnade_common::init::init_input_row;
+use colonnade_common::sampler::AliasSampler;
+use colonnade_common::seeds::{derive, Purpose};
+use colonnade_common::vocab::Vocab;
+use colonnade_ps_shard::core::Matrix;
+use colonnade_ps_shard::{ShardCore, SpawnedShard};
+use common::{assemble, max_abs_diff, params, run, sample_corpus, vocab_of, DIM};
+use rand::{RngCore, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+struct Reference {
+    u: Vec<f32>,
+    v: Vec<f32>,
+}
+
+fn sigmoid(x: f64) -> f64 {
+    1.0 / (1.0 + (-x).exp())
+}
+
+/// Plain SGNS over the corpus, one epoch per `p.iter`, deferred minibatch updates.
+fn reference_train(
+    vocab: &Vocab,
+    corpus: &Path,
+    p: &colonnade_client::train::TrainParams,
+) -> Reference {
+    let d = DIM as usize;
+    let n_words = vocab.len();
+    let mut u = vec![0.0f32; n_words * d];
+    for w in 0..n_words {
+        init_input_row(p.seed, DIM, w as u64, 0, &mut u[w * d..(w + 1) * d]);
+    }
+    let mut v = vec![0.0f32; n_words * d];
+    let sampler = AliasSampler::new(vocab.counts(), 0.75).expect("sampler");
+    let total: u64 = vocab.counts().iter().sum();
+    // word2vec: keep with probability (sqrt(c/(s·T)) + 1)·(s·T)/c.
+    let keep: Vec<f64> = vocab
+        .counts()
+        .iter()
+        .map(|&c| {
+            let st = p.sample * total as f64;
+            ((c as f64 / st).sqrt() + 1.0) * st / c as f64
+        })
+        .collect();
+    let words_total = u64::from(p.iter) * total;
+    let mut words_done = 0u64;
+    for epoch in 0..u64::from(p.iter) {
+        let mut reader = SentenceReader::open(corpus, p.max_sentence).expect("corpus");
+        let mut index = 0u64;
+        while let Some(s) = reader.next_sentence().expect("sentence") {
+            let ids: Vec<u32> = s.tokens().filter_map(|t| vocab.id(t)).collect();
+            let sentence_seed = derive(p.seed, Purpose::Sentence, epoch, index);
+            index += 1;
+            let mut rng = ChaCha8Rng::seed_from_u64(sentence_seed);
+            let mut kept = Vec::new();
+            for &w in &ids {
+                let draw = f64::from(rng.next_u32()) / 4_294_967_296.0;
+                if keep[w as usize] >= 1.0 || draw < keep[w as usize] {
+                    kept.push(w);
+                }
+            }
+            let radius: Vec<usize> = kept
+                .iter()
+                .map(|_| (p.window - rng.next_u32() % p.window) as usize)
+                .collect();
+            // Positions with at least one context, grouped p.minibatch at a time.
+            let trainable: Vec<usize> = (0..kept.len()).filter(|_| kept.len() > 1).collect();
+            for (batch_index, positions) in trainable.chunks(p.minibatch).enumerate() {
+                let alpha0 = f64::from(p.alpha);
+                let alpha = (alpha0 * (1.0 - words_done as f64 / (words_total as f64 + 1.0)))
+                    .max(alpha0 * 1e-4) as f32;
+                let mut neg_rng = ChaCha8Rng::seed_from_u64(derive(
+                    sentence_seed,
+                    Purpose::Minibatch,
+                    batch_index as u64,
+                    0,
+                ));
+                let mut du = vec![0.0f32; n_words * d];
+                let mut dv = vec![0.0f32; n_words * d];
+                for &j in positions {
+                    let w_in = kept[j] as usize;
+                    let lo = j.saturating_sub(radius[j]);
+                    let hi = (j + radius[j]).min(kept.len() - 1);
+                    for k in (lo..=hi).filter(|&k| k != j) {
+                        let w_out = kept[k];
+                        let mut negs = vec![0u32; p.negative as usize];
+                        sampler.negatives(&mut neg_rng, w_out, &mut negs);
+                        let targets = std::iter::once((w_out as usize, 1.0))
+                            .chain(negs.iter().map(|&x| (x as usize, 0.0)));
+                        for (x, label) in targets {
+                            let f: f64 = (0..d)
+                                .map(|c| f64::from(u[w_in * d + c]) * f64::from(v[x * d + c]))
+                                .sum();
+                            let g = (f64::from(alpha) * (label - sigmoid(f))) as f32;
+                            for c in 0..d {
+                                du[w_in * d + c] += g * v[x * d + c];
+                                dv[x * d + c] += g * u[w_in * d + c];
+                            }
+                        }
+                    }
+                }
+                for (a, b) in u.iter_mut().zip(&du) {
+                    *a += b;
+                }
+                for (a, b) in v.iter_mut().zip(&dv) {
+                    *a += b;
+                }
+            }
+            words_done += ids.len() as u64;
+        }
+    }
+    Reference { u, v }
+}
+
+fn norm_scale(x: &[f32]) -> f32 {
+    x.iter().map(|a| a.abs()).fold(0.0, f32::max)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn distributed_matches_reference_for_one_and_three_shards() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let corpus = sample_corpus(dir.path(), 20_000);
+    let vocab = Arc::new(vocab_of(&corpus, 3));
+    let p = params(11);
+    let reference = reference_train(&vocab, &corpus, &p);
+    let v = vocab.len() as u64;
+
+    // One shard, in process.
+    let core1 = Arc::new(ShardCore::new(None));
+    let (fp, summary) = run(
+        vec![LocalShard::new("local-0", Arc::clone(&core1), 1)],
+        &vocab,
+        &corpus,
+        &p,
+    )
+    .await;
+    assert!(
+        summary.pairs > 10_000,
+        "trained only {} pairs",
+        summary.pairs
+    );
+    let u1 = assemble(&[Arc::clone(&core1)], fp, Matrix::Input, v);
+    let v1 = assemble(&[core1], fp, Matrix::Output, v);
+
+    // Three shards over gRPC on loopback.
+    let mut spawned = Vec::new();
+    for _ in 0..3 {
+        spawned.push(
+            SpawnedShard::start(([127, 0, 0, 1], 0).into(), 1, None)
+                .await
+                .expect("start shard"),
+        );
+    }
+    let mut grpc = Vec::new();
+    for s in &spawned {
+        grpc.push(
+            GrpcShard::connect(&s.endpoint(), Duration::from_secs(5))
+                .await
+                .expect("connect"),
+        );
+    }
+    let (fp3, _) = run(grpc, &vocab, &corpus, &p).await;
+    assert_eq!(
+        fp3, fp,
+        "the fingerprint does not depend on the shard count"
+    );
+    let cores: Vec<_> = spawned.iter().map(|s| Arc::clone(&s.core)).collect();
+    let u3 = assemble(&cores, fp, Matrix::Input, v);
+    let v3 = assemble(&cores, fp, Matrix::Output, v);
+
+    let scale = norm_scale(&reference.u).max(norm_scale(&reference.v));
+    let tol = 1e-4 * scale.max(1e-3);
+    assert!(
+        max_abs_diff(&reference.v, &vec![0.0; reference.v.len()]) > 100.0 * tol,
+        "training moved the vectors"
+    );
+    for (name, got) in [
+        ("u 1 shard", &u1),
+        ("v 1 shard", &v1),
+        ("u 3 shards", &u3),
+        ("v 3 shards", &v3),
+    ] {
+        let want = if name.starts_with('u') {
+            &reference.u
+        } else {
+            &reference.v
+        };
+        let diff = max_abs_diff(got, want);
+        assert!(
+            diff <= tol,
+            "{name}: max |distributed − reference| = {diff} > {tol}"
+        );
+    }
+    let diff = max_abs_diff(&u1, &u3);
+    assert!(diff <= tol, "1 vs 3 shards differ by {diff}");
+    for s in spawned {
+        s.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn different_seeds_give_different_models() {
+    // Guards the test above against passing trivially.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let corpus = sample_corpus(dir.path(), 5_000);
+    let vocab = Arc::new(vocab_of(&corpus, 3));
+    let v = vocab.len() as u64;
+    let core = Arc::new(ShardCore::new(None));
+    let (fa, _) = run(
+        vec![LocalShard::new("a", Arc::clone(&core), 1)],
+        &vocab,
+        &corpus,
+        &params(1),
+    )
+    .await;
+    let (fb, _) = run(
+        vec![LocalShard::new("a", Arc::clone(&core), 1)],
+        &vocab,
+        &corpus,
+        &params(2),
+    )
+    .await;
+    assert_ne!(fa, fb);
+    let a = assemble(&[Arc::clone(&core)], fa, Matrix::Input, v);
+    let b = assemble(&[core], fb, Matrix::Input, v);
+    assert!(max_abs_diff(&a, &b) > 1e-3);
+}
