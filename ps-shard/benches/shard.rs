@@ -1,1 +1,124 @@
-fn main() {}
+//! Criterion benches for the shard's hot paths: the `dotprod` and `adjust`
+//! handlers' core on a text8-sized model (69K words, 50 columns = d 100 on 2
+//! shards), and the vector kernels they use.
+//!
+//! `cargo bench -p colonnade-ps-shard` (results in target/criterion).
+
+use colonnade_common::kernels::{axpy, dot};
+use colonnade_common::model::ModelSpec;
+use colonnade_ps_shard::core::{Batch, Scratch};
+use colonnade_ps_shard::{ShardCore, ShardSpec};
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::hint::black_box;
+
+const VOCAB: usize = 69_000;
+const COLS: u32 = 50;
+const NEGATIVE: u32 = 5;
+
+/// Zipf-like counts, as a text corpus has.
+fn counts() -> Vec<u64> {
+    (0..VOCAB)
+        .map(|r| (10_000_000.0 / (r as f64 + 1.0)).max(5.0) as u64)
+        .collect()
+}
+
+/// A minibatch of `inputs` input words with 2..=10 outputs each, ids drawn
+/// Zipf-like (frequent words most often).
+fn batch(inputs: usize, seed: u64) -> (Vec<u32>, Vec<u32>, Vec<u32>) {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let mut zipf = || ((VOCAB as f64).powf(rng.random::<f64>()) as u32).min(VOCAB as u32 - 1);
+    let ins: Vec<u32> = (0..inputs).map(|_| zipf()).collect();
+    let counts: Vec<u32> = (0..inputs).map(|i| 2 + (i as u32 * 7) % 9).collect();
+    let total: u32 = counts.iter().sum();
+    let outs: Vec<u32> = (0..total).map(|_| zipf()).collect();
+    (ins, counts, outs)
+}
+
+fn shard() -> (ShardCore, u64) {
+    let model = ModelSpec {
+        vocab_fingerprint: 1,
+        vocab_size: VOCAB as u64,
+        dim: 2 * COLS,
+        negative: NEGATIVE,
+        sampling_power: 0.75,
+        init_seed: 1,
+    };
+    let fp = model.fingerprint();
+    let core = ShardCore::new(None);
+    core.create_model(
+        ShardSpec {
+            model,
+            col_start: 0,
+            col_end: COLS,
+        },
+        &counts(),
+    )
+    .expect("create");
+    (core, fp)
+}
+
+fn handlers(c: &mut Criterion) {
+    let (core, fp) = shard();
+    let model = core.model(fp).expect("model");
+    let mut group = c.benchmark_group("shard");
+    for inputs in [64usize, 256, 1024] {
+        let (ins, ctx, outs) = batch(inputs, inputs as u64);
+        let pairs = outs.len();
+        let b = Batch {
+            fingerprint: fp,
+            seed: 7,
+            inputs: &ins,
+            context_counts: &ctx,
+            outputs: &outs,
+        };
+        let mut scratch = Scratch::default();
+        let (mut pos, mut neg) = (Vec::new(), Vec::new());
+        group.throughput(Throughput::Elements(pairs as u64));
+        group.bench_with_input(
+            BenchmarkId::new("dotprod_pairs", inputs),
+            &inputs,
+            |bench, _| {
+                bench.iter(|| {
+                    model
+                        .dotprod(black_box(&b), &mut scratch, &mut pos, &mut neg)
+                        .expect("dotprod")
+                });
+            },
+        );
+        let pw = vec![1e-6f32; pairs];
+        let nw = vec![-1e-6f32; pairs * NEGATIVE as usize];
+        group.bench_with_input(
+            BenchmarkId::new("adjust_pairs", inputs),
+            &inputs,
+            |bench, _| {
+                bench.iter(|| {
+                    model
+                        .adjust(black_box(&b), &pw, &nw, &mut scratch)
+                        .expect("adjust")
+                });
+            },
+        );
+    }
+    group.finish();
+}
+
+fn kernels(c: &mut Criterion) {
+    let mut group = c.benchmark_group("kernels");
+    for n in [50usize, 100, 300] {
+        let a: Vec<f32> = (0..n).map(|i| i as f32 * 0.01).collect();
+        let mut y: Vec<f32> = (0..n).map(|i| 1.0 - i as f32 * 0.01).collect();
+        group.throughput(Throughput::Elements(n as u64));
+        group.bench_with_input(BenchmarkId::new("dot", n), &n, |bench, _| {
+            bench.iter(|| dot(black_box(&a), black_box(&y)))
+        });
+        group.bench_with_input(BenchmarkId::new("axpy", n), &n, |bench, _| {
+            bench.iter(|| axpy(black_box(1e-7), black_box(&a), &mut y));
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, handlers, kernels);
+criterion_main!(benches);

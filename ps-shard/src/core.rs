@@ -14,6 +14,10 @@ use dashmap::DashMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
+/// How many rows ahead of use the loops prefetch (hides cache-miss latency on
+/// the random rows of negatives and context words).
+const PREFETCH_AHEAD: usize = 8;
+
 /// Largest number of negatives per pair a shard accepts.
 pub const MAX_NEGATIVE: u32 = 1024;
 
@@ -128,8 +132,9 @@ pub struct Scratch {
     negs: Vec<u32>,
     /// Per input position: its accumulated Δu.
     u_delta: Vec<f32>,
-    /// Every dot product's output-side word and weight, in request order.
-    targets: Vec<(u32, f32)>,
+    /// The output-side word of every dot product, in request order: per pair
+    /// its positive word, then its negatives.
+    targets: Vec<u32>,
 }
 
 impl Model {
@@ -217,19 +222,27 @@ impl Model {
         neg.reserve(pairs * n);
         scratch.u_row.resize(cols, 0.0);
         scratch.v_row.resize(cols, 0.0);
-        scratch.negs.resize(n, 0);
-        let mut rng = seeds::rng(b.seed);
-        let mut out_iter = b.outputs.iter();
-        for (&w_in, &count) in b.inputs.iter().zip(b.context_counts) {
+        self.targets(b, &mut scratch.negs, &mut scratch.targets);
+        let targets = &scratch.targets;
+        let per_pair = n + 1;
+        let mut t = 0;
+        for (i, (&w_in, &count)) in b.inputs.iter().zip(b.context_counts).enumerate() {
+            if let Some(&next) = b.inputs.get(i + 1) {
+                self.u.prefetch_row(next as usize);
+            }
             self.u.read_row(w_in as usize, &mut scratch.u_row);
-            for &w_out in out_iter.by_ref().take(count as usize) {
-                self.sampler.negatives(&mut rng, w_out, &mut scratch.negs);
-                self.v.read_row(w_out as usize, &mut scratch.v_row);
-                pos.push(dot(&scratch.u_row, &scratch.v_row));
-                for &w_neg in &scratch.negs {
-                    self.v.read_row(w_neg as usize, &mut scratch.v_row);
-                    neg.push(dot(&scratch.u_row, &scratch.v_row));
+            for _ in 0..count as usize * per_pair {
+                if let Some(&ahead) = targets.get(t + PREFETCH_AHEAD) {
+                    self.v.prefetch_row(ahead as usize);
                 }
+                self.v.read_row(targets[t] as usize, &mut scratch.v_row);
+                let f = dot(&scratch.u_row, &scratch.v_row);
+                if t % per_pair == 0 {
+                    pos.push(f);
+                } else {
+                    neg.push(f);
+                }
+                t += 1;
             }
         }
         self.stats.dotprod_calls.fetch_add(1, Relaxed);
@@ -272,40 +285,44 @@ impl Model {
         }
         let cols = self.spec.cols();
         // Pass 1 reads only start-of-call values: Δu for every input position
-        // from v, and the targets of every dot product (regenerated negatives).
+        // from v. Nothing is written.
         s.u_delta.clear();
         s.u_delta.resize(b.inputs.len() * cols, 0.0);
-        s.targets.clear();
-        s.targets.reserve(pairs * (n + 1));
         s.u_row.resize(cols, 0.0);
         s.v_row.resize(cols, 0.0);
-        s.negs.resize(n, 0);
-        let mut rng = seeds::rng(b.seed);
-        let mut out_iter = b.outputs.iter();
-        let mut pos_w = pos_weights.iter();
-        let mut neg_w = neg_weights.chunks_exact(n.max(1));
+        self.targets(b, &mut s.negs, &mut s.targets);
+        let per_pair = n + 1;
+        let weight = |t: usize| {
+            let (pair, k) = (t / per_pair, t % per_pair);
+            if k == 0 {
+                pos_weights[pair]
+            } else {
+                neg_weights[pair * n + k - 1]
+            }
+        };
+        let mut t = 0;
         for (i, &count) in b.context_counts.iter().enumerate() {
             let delta = &mut s.u_delta[i * cols..(i + 1) * cols];
-            for &w_out in out_iter.by_ref().take(count as usize) {
-                self.sampler.negatives(&mut rng, w_out, &mut s.negs);
-                let (Some(&g), Some(gn)) = (pos_w.next(), neg_w.next()) else {
-                    break; // unreachable: lengths validated above
-                };
-                for (w, g) in std::iter::once((w_out, g))
-                    .chain(s.negs.iter().copied().zip(gn.iter().copied()))
-                {
-                    self.v.read_row(w as usize, &mut s.v_row);
-                    axpy(g, &s.v_row, delta);
-                    s.targets.push((w, g));
+            for _ in 0..count as usize * per_pair {
+                if let Some(&ahead) = s.targets.get(t + PREFETCH_AHEAD) {
+                    self.v.prefetch_row(ahead as usize);
                 }
+                self.v.read_row(s.targets[t] as usize, &mut s.v_row);
+                axpy(weight(t), &s.v_row, delta);
+                t += 1;
             }
         }
         // Pass 2: v(x) += G·u(w_I). u is still at its start-of-call value.
-        let mut targets = s.targets.iter();
+        let mut t = 0;
         for (&w_in, &count) in b.inputs.iter().zip(b.context_counts) {
             self.u.read_row(w_in as usize, &mut s.u_row);
-            for &(w, g) in targets.by_ref().take(count as usize * (n + 1)) {
-                self.v.add_scaled_row(w as usize, g, &s.u_row);
+            for _ in 0..count as usize * per_pair {
+                if let Some(&ahead) = s.targets.get(t + PREFETCH_AHEAD) {
+                    self.v.prefetch_row(ahead as usize);
+                }
+                self.v
+                    .add_scaled_row(s.targets[t] as usize, weight(t), &s.u_row);
+                t += 1;
             }
         }
         // Pass 3: u(w_I) += Δu.
@@ -316,6 +333,23 @@ impl Model {
         self.stats.adjust_calls.fetch_add(1, Relaxed);
         self.stats.pairs_adjusted.fetch_add(pairs as u64, Relaxed);
         Ok(())
+    }
+
+    /// The output-side words of every dot product of `b`, in request order:
+    /// per (input, output) pair, the output word, then its negatives drawn
+    /// from the batch seed (paper Fig. 5 line 7). `dotprod` and `adjust` both
+    /// call this, so they regenerate identical negatives.
+    fn targets(&self, b: &Batch<'_>, negs: &mut Vec<u32>, out: &mut Vec<u32>) {
+        let n = self.spec.model.negative as usize;
+        negs.resize(n, 0);
+        out.clear();
+        out.reserve(b.outputs.len() * (n + 1));
+        let mut rng = seeds::rng(b.seed);
+        for &w_out in b.outputs {
+            self.sampler.negatives(&mut rng, w_out, negs);
+            out.push(w_out);
+            out.extend_from_slice(negs);
+        }
     }
 
     /// Rows `start..end` of one matrix, this shard's columns, row-major.
