@@ -1,12 +1,17 @@
-//! Minibatch formation from one sentence, as word2vec does it: frequent words
-//! are dropped with word2vec's subsampling probability, then every kept position
-//! j gets a window radius r_j uniform in 1..=window and its contexts are the kept
-//! positions k ≠ j with |k − j| ≤ r_j. Consecutive positions are grouped into
-//! minibatches of at most `minibatch` inputs (paper eq. (3): a minibatch is a set
-//! of (sentence, position) pairs).
+//! Minibatch formation, as word2vec reads sentences: frequent words are dropped
+//! with word2vec's subsampling probability, then every kept position j gets a
+//! window radius r_j uniform in 1..=window and its contexts are the kept
+//! positions k ≠ j of the same sentence with |k − j| ≤ r_j. Consecutive input
+//! positions, across sentence boundaries, are grouped into minibatches of
+//! `minibatch` inputs (paper eq. (3): a minibatch is a set of (sentence,
+//! position) pairs). Spanning sentences matters: Wikipedia lines average ~77
+//! tokens, ~40 after subsampling, so per-sentence minibatches would be tiny and
+//! every RPC's fixed cost would dominate.
 //!
-//! All randomness comes from the sentence's ChaCha8 stream, keyed by (run seed,
-//! epoch, sentence index), so minibatches are the same whatever the threading.
+//! Subsampling and radii come from the sentence's ChaCha8 stream, keyed by (run
+//! seed, epoch, sentence index); a minibatch's negative-sample seed is derived
+//! from the sentence seed and the position of its first input. With one
+//! minibatch pipeline the whole sequence is deterministic.
 
 use colonnade_common::seeds::{self, derive, Purpose};
 use rand::RngCore;
@@ -37,6 +42,8 @@ pub struct BatchFormer {
     pub seed: u64,
     kept: Vec<u32>,
     radius: Vec<u32>,
+    /// The minibatch being filled.
+    current: MiniBatch,
 }
 
 impl BatchFormer {
@@ -48,12 +55,16 @@ impl BatchFormer {
             seed,
             kept: Vec::new(),
             radius: Vec::new(),
+            current: MiniBatch::default(),
         }
     }
 
     /// Subsamples `ids` and forms its minibatches, appending them to `out`.
     /// Returns the number of words kept.
-    pub fn form(
+    /// Subsamples sentence `sentence` of `epoch` and adds its input positions
+    /// to the minibatch being filled, moving every minibatch that fills up to
+    /// `out`. Returns the number of words kept.
+    pub fn add_sentence(
         &mut self,
         epoch: u64,
         sentence: u64,
@@ -75,35 +86,37 @@ impl BatchFormer {
             self.radius.push(self.window - rng.next_u32() % self.window);
         }
         let n = self.kept.len();
-        let mut current = MiniBatch::default();
-        let mut batch_index = 0u64;
         for j in 0..n {
             let r = self.radius[j] as usize;
             let lo = j.saturating_sub(r);
             let hi = (j + r).min(n - 1);
+            if lo == hi {
+                continue; // a one-word sentence: no context
+            }
+            let current = &mut self.current;
+            if current.inputs.is_empty() {
+                current.seed = derive(sentence_seed, Purpose::Minibatch, j as u64, 0);
+            }
             let before = current.outputs.len();
-            for k in lo..=hi {
-                if k != j {
-                    current.outputs.push(self.kept[k]);
-                }
-            }
-            let count = current.outputs.len() - before;
-            if count == 0 {
-                continue;
-            }
+            current
+                .outputs
+                .extend((lo..=hi).filter(|&k| k != j).map(|k| self.kept[k]));
             current.inputs.push(self.kept[j]);
-            current.context_counts.push(count as u32);
+            current
+                .context_counts
+                .push((current.outputs.len() - before) as u32);
             if current.inputs.len() == self.minibatch {
-                current.seed = derive(sentence_seed, Purpose::Minibatch, batch_index, 0);
-                batch_index += 1;
-                out.push(std::mem::take(&mut current));
+                out.push(std::mem::take(current));
             }
-        }
-        if !current.inputs.is_empty() {
-            current.seed = derive(sentence_seed, Purpose::Minibatch, batch_index, 0);
-            out.push(current);
         }
         n
+    }
+
+    /// Moves the partly filled minibatch, if any, to `out`.
+    pub fn flush(&mut self, out: &mut Vec<MiniBatch>) {
+        if !self.current.inputs.is_empty() {
+            out.push(std::mem::take(&mut self.current));
+        }
     }
 }
 
@@ -111,12 +124,18 @@ impl BatchFormer {
 mod tests {
     use super::*;
 
+    fn form(f: &mut BatchFormer, epoch: u64, sentence: u64, ids: &[u32]) -> Vec<MiniBatch> {
+        let mut out = Vec::new();
+        f.add_sentence(epoch, sentence, ids, &mut out);
+        f.flush(&mut out);
+        out
+    }
+
     #[test]
     fn windows_and_batches() {
         let keep: Arc<[u32]> = vec![u32::MAX; 10].into();
         let mut f = BatchFormer::new(keep, 1, 2, 7);
-        let mut out = Vec::new();
-        assert_eq!(f.form(0, 0, &[1, 2, 3, 4, 5], &mut out), 5);
+        let out = form(&mut f, 0, 0, &[1, 2, 3, 4, 5]);
         // window 1: radius always 1.
         assert_eq!(out.len(), 3);
         assert_eq!(out[0].inputs, [1, 2]);
@@ -125,12 +144,26 @@ mod tests {
         assert_eq!(out[2].inputs, [5]);
         assert_eq!(out[2].outputs, [4]);
         assert_ne!(out[0].seed, out[1].seed);
-        let mut again = Vec::new();
-        f.form(0, 0, &[1, 2, 3, 4, 5], &mut again);
-        assert_eq!(out, again, "deterministic");
-        let mut other = Vec::new();
-        f.form(1, 0, &[1, 2, 3, 4, 5], &mut other);
+        assert_eq!(out, form(&mut f, 0, 0, &[1, 2, 3, 4, 5]), "deterministic");
+        let other = form(&mut f, 1, 0, &[1, 2, 3, 4, 5]);
         assert_ne!(out[0].seed, other[0].seed, "epoch changes the seeds");
+    }
+
+    #[test]
+    fn minibatches_span_sentences_but_windows_do_not() {
+        let keep: Arc<[u32]> = vec![u32::MAX; 10].into();
+        let mut f = BatchFormer::new(keep, 1, 4, 7);
+        let mut out = Vec::new();
+        f.add_sentence(0, 0, &[1, 2, 3], &mut out);
+        assert!(out.is_empty(), "3 inputs do not fill a minibatch of 4");
+        f.add_sentence(0, 1, &[9], &mut out); // no context: no input
+        f.add_sentence(0, 2, &[4, 5, 6], &mut out);
+        f.flush(&mut out);
+        assert_eq!(out.len(), 2);
+        assert_eq!(out[0].inputs, [1, 2, 3, 4]);
+        // word 3 ends sentence 0: its only context is 2, never 4 of the next sentence.
+        assert_eq!(out[0].outputs, [2, 1, 3, 2, 5]);
+        assert_eq!(out[1].inputs, [5, 6]);
     }
 
     #[test]
@@ -140,8 +173,8 @@ mod tests {
         let mut f = BatchFormer::new(keep.into(), 5, 1000, 1);
         let mut out = Vec::new();
         let ids: Vec<u32> = (0..400).map(|i| i % 4).collect();
-        let kept = f.form(3, 9, &ids, &mut out);
-        assert_eq!(kept, 300);
+        assert_eq!(f.add_sentence(3, 9, &ids, &mut out), 300);
+        f.flush(&mut out);
         let b = &out[0];
         assert!(!b.outputs.contains(&0) && !b.inputs.contains(&0));
         assert!(b.context_counts.iter().all(|&c| (1..=10).contains(&c)));

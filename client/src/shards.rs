@@ -198,10 +198,14 @@ pub struct EmbeddedCluster {
 }
 
 impl EmbeddedCluster {
+    /// Starts `count` shards sharing `threads` cores: each gets
+    /// ⌈threads / count⌉ compute threads, so the shards together do not
+    /// oversubscribe the machine the client also runs on.
     pub async fn start(count: usize, threads: usize) -> anyhow::Result<Self> {
+        let per_shard = threads.div_ceil(count.max(1)).max(1);
         let mut shards = Vec::with_capacity(count);
         for _ in 0..count {
-            let shard = SpawnedShard::start(([127, 0, 0, 1], 0).into(), threads, None)
+            let shard = SpawnedShard::start(([127, 0, 0, 1], 0).into(), per_shard, None)
                 .await
                 .context("cannot start an embedded shard on 127.0.0.1")?;
             shards.push(shard);

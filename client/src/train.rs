@@ -1,8 +1,11 @@
 //! The training loop of one client (paper Fig. 7): a reader thread streams this
-//! worker's sentences; `concurrency` tasks each turn sentences into minibatches
-//! and, per minibatch, broadcast `dotprod`, sum the partial dot products in shard
-//! order, compute the weights α(1−σ(F⁺)) and −ασ(F⁻) and broadcast `adjust`
-//! with the same seed. The learning rate decays linearly over all epochs.
+//! worker's sentences in jobs of ~10,000 words; `concurrency` tasks each turn
+//! sentences into minibatches (spanning sentences) and, per minibatch,
+//! broadcast `dotprod`, sum the partial dot products in shard order, compute the
+//! weights α(1−σ(F⁺)) and −ασ(F⁻) and broadcast `adjust` with the same seed.
+//! The learning rate decays linearly over all epochs; a minibatch's rate is
+//! taken when it is sent, from the in-vocabulary words of every sentence added
+//! to any task's minibatches so far.
 
 use crate::batch::{BatchFormer, MiniBatch};
 use crate::shards::ShardApi;
@@ -84,11 +87,17 @@ pub struct TrainSummary {
     pub final_loss: Option<f64>,
 }
 
+/// In-vocabulary words per job sent from the reader to the training tasks.
+const JOB_WORDS: usize = 10_000;
+
+/// Consecutive sentences of this worker, for one training task.
+#[derive(Default)]
 struct Job {
     epoch: u64,
-    sentence: u64,
-    tokens: u64,
-    ids: Vec<u32>,
+    /// Per sentence: its index in the epoch, its token count (in and out of
+    /// vocabulary) and its in-vocabulary ids, in order.
+    sentences: Vec<(u64, u64, Vec<u32>)>,
+    words: usize,
 }
 
 /// Trains on `corpus` through `shards` (in shard order) for the model `fingerprint`.
@@ -151,27 +160,45 @@ pub async fn train<S: ShardApi>(
             let mut batches = Vec::new();
             let mut bufs = Buffers::default();
             while let Ok(job) = rx.recv().await {
-                batches.clear();
-                let kept = former.form(job.epoch, job.sentence, &job.ids, &mut batches);
-                for mb in &batches {
-                    let alpha = learning_rate(alpha0, progress.words.load(Relaxed), words_total);
-                    progress
-                        .alpha_bits
-                        .store(u64::from(alpha.to_bits()), Relaxed);
-                    step(
-                        &shards,
-                        fingerprint,
-                        mb,
-                        alpha,
-                        negative,
-                        &mut bufs,
-                        &progress,
-                    )
-                    .await?;
+                for (sentence, tokens, ids) in &job.sentences {
+                    batches.clear();
+                    let kept = former.add_sentence(job.epoch, *sentence, ids, &mut batches);
+                    progress.tokens.fetch_add(*tokens, Relaxed);
+                    progress.words.fetch_add(ids.len() as u64, Relaxed);
+                    progress.trained_words.fetch_add(kept as u64, Relaxed);
+                    for mb in &batches {
+                        let alpha =
+                            learning_rate(alpha0, progress.words.load(Relaxed), words_total);
+                        progress
+                            .alpha_bits
+                            .store(u64::from(alpha.to_bits()), Relaxed);
+                        step(
+                            &shards,
+                            fingerprint,
+                            mb,
+                            alpha,
+                            negative,
+                            &mut bufs,
+                            &progress,
+                        )
+                        .await?;
+                    }
                 }
-                progress.tokens.fetch_add(job.tokens, Relaxed);
-                progress.words.fetch_add(job.ids.len() as u64, Relaxed);
-                progress.trained_words.fetch_add(kept as u64, Relaxed);
+            }
+            batches.clear();
+            former.flush(&mut batches);
+            for mb in &batches {
+                let alpha = learning_rate(alpha0, progress.words.load(Relaxed), words_total);
+                step(
+                    &shards,
+                    fingerprint,
+                    mb,
+                    alpha,
+                    negative,
+                    &mut bufs,
+                    &progress,
+                )
+                .await?;
             }
             anyhow::Ok(())
         });
@@ -220,8 +247,13 @@ fn read_corpus(
     p: &TrainParams,
     tx: &async_channel::Sender<Job>,
 ) -> anyhow::Result<()> {
+    let send = |job: Job| tx.send_blocking(job).is_ok();
     for epoch in 0..u64::from(p.iter) {
         let mut sentence = 0u64;
+        let mut job = Job {
+            epoch,
+            ..Job::default()
+        };
         for path in corpus {
             let mut reader = SentenceReader::open(path, p.max_sentence)?;
             while let Some(s) = reader.next_sentence()? {
@@ -231,16 +263,23 @@ fn read_corpus(
                     continue;
                 }
                 let ids: Vec<u32> = s.tokens().filter_map(|t| vocab.id(t)).collect();
-                let job = Job {
-                    epoch,
-                    sentence: index,
-                    tokens: s.len() as u64,
-                    ids,
-                };
-                if tx.send_blocking(job).is_err() {
+                job.words += ids.len();
+                job.sentences.push((index, s.len() as u64, ids));
+                if job.words >= JOB_WORDS
+                    && !send(std::mem::replace(
+                        &mut job,
+                        Job {
+                            epoch,
+                            ..Job::default()
+                        },
+                    ))
+                {
                     return Ok(()); // training stopped; its error is reported instead
                 }
             }
+        }
+        if !job.sentences.is_empty() && !send(job) {
+            return Ok(());
         }
     }
     Ok(())

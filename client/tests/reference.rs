@@ -36,6 +36,13 @@ fn sigmoid(x: f64) -> f64 {
     1.0 / (1.0 + (-x).exp())
 }
 
+/// One pending minibatch: (input word, its output words) in order, and its seed.
+#[derive(Default)]
+struct Pending {
+    items: Vec<(u32, Vec<u32>)>,
+    seed: u64,
+}
+
 /// Plain SGNS over the corpus, one epoch per `p.iter`, deferred minibatch updates.
 fn reference_train(
     vocab: &Vocab,
@@ -44,11 +51,13 @@ fn reference_train(
 ) -> Reference {
     let d = DIM as usize;
     let n_words = vocab.len();
-    let mut u = vec![0.0f32; n_words * d];
+    let mut model = Reference {
+        u: vec![0.0f32; n_words * d],
+        v: vec![0.0f32; n_words * d],
+    };
     for w in 0..n_words {
-        init_input_row(p.seed, DIM, w as u64, 0, &mut u[w * d..(w + 1) * d]);
+        init_input_row(p.seed, DIM, w as u64, 0, &mut model.u[w * d..(w + 1) * d]);
     }
-    let mut v = vec![0.0f32; n_words * d];
     let sampler = AliasSampler::new(vocab.counts(), 0.75).expect("sampler");
     let total: u64 = vocab.counts().iter().sum();
     // word2vec: keep with probability (sqrt(c/(s·T)) + 1)·(s·T)/c.
@@ -62,6 +71,12 @@ fn reference_train(
         .collect();
     let words_total = u64::from(p.iter) * total;
     let mut words_done = 0u64;
+    let alpha = |done: u64| {
+        let alpha0 = f64::from(p.alpha);
+        (alpha0 * (1.0 - done as f64 / (words_total as f64 + 1.0))).max(alpha0 * 1e-4) as f32
+    };
+    // Minibatches are consecutive input positions, across sentences and epochs.
+    let mut pending = Pending::default();
     for epoch in 0..u64::from(p.iter) {
         let mut reader = SentenceReader::open(corpus, p.max_sentence).expect("corpus");
         let mut index = 0u64;
@@ -81,53 +96,85 @@ fn reference_train(
                 .iter()
                 .map(|_| (p.window - rng.next_u32() % p.window) as usize)
                 .collect();
-            // Positions with at least one context, grouped p.minibatch at a time.
-            let trainable: Vec<usize> = (0..kept.len()).filter(|_| kept.len() > 1).collect();
-            for (batch_index, positions) in trainable.chunks(p.minibatch).enumerate() {
-                let alpha0 = f64::from(p.alpha);
-                let alpha = (alpha0 * (1.0 - words_done as f64 / (words_total as f64 + 1.0)))
-                    .max(alpha0 * 1e-4) as f32;
-                let mut neg_rng = ChaCha8Rng::seed_from_u64(derive(
-                    sentence_seed,
-                    Purpose::Minibatch,
-                    batch_index as u64,
-                    0,
-                ));
-                let mut du = vec![0.0f32; n_words * d];
-                let mut dv = vec![0.0f32; n_words * d];
-                for &j in positions {
-                    let w_in = kept[j] as usize;
-                    let lo = j.saturating_sub(radius[j]);
-                    let hi = (j + radius[j]).min(kept.len() - 1);
-                    for k in (lo..=hi).filter(|&k| k != j) {
-                        let w_out = kept[k];
-                        let mut negs = vec![0u32; p.negative as usize];
-                        sampler.negatives(&mut neg_rng, w_out, &mut negs);
-                        let targets = std::iter::once((w_out as usize, 1.0))
-                            .chain(negs.iter().map(|&x| (x as usize, 0.0)));
-                        for (x, label) in targets {
-                            let f: f64 = (0..d)
-                                .map(|c| f64::from(u[w_in * d + c]) * f64::from(v[x * d + c]))
-                                .sum();
-                            let g = (f64::from(alpha) * (label - sigmoid(f))) as f32;
-                            for c in 0..d {
-                                du[w_in * d + c] += g * v[x * d + c];
-                                dv[x * d + c] += g * u[w_in * d + c];
-                            }
-                        }
-                    }
+            words_done += ids.len() as u64;
+            let mut full = Vec::new();
+            for j in 0..kept.len() {
+                let lo = j.saturating_sub(radius[j]);
+                let hi = (j + radius[j]).min(kept.len() - 1);
+                let outputs: Vec<u32> = (lo..=hi).filter(|&k| k != j).map(|k| kept[k]).collect();
+                if outputs.is_empty() {
+                    continue;
                 }
-                for (a, b) in u.iter_mut().zip(&du) {
-                    *a += b;
+                if pending.items.is_empty() {
+                    pending.seed = derive(sentence_seed, Purpose::Minibatch, j as u64, 0);
                 }
-                for (a, b) in v.iter_mut().zip(&dv) {
-                    *a += b;
+                pending.items.push((kept[j], outputs));
+                if pending.items.len() == p.minibatch {
+                    full.push(std::mem::take(&mut pending));
                 }
             }
-            words_done += ids.len() as u64;
+            for batch in full {
+                sgd_step(
+                    &mut model,
+                    &batch,
+                    alpha(words_done),
+                    &sampler,
+                    p.negative as usize,
+                );
+            }
         }
     }
-    Reference { u, v }
+    if !pending.items.is_empty() {
+        sgd_step(
+            &mut model,
+            &pending,
+            alpha(words_done),
+            &sampler,
+            p.negative as usize,
+        );
+    }
+    model
+}
+
+/// One minibatch: every dot product from the start-of-minibatch vectors, the
+/// gradient α(label − σ(f)) applied to u(w_I) and v(x) at the end.
+fn sgd_step(
+    model: &mut Reference,
+    batch: &Pending,
+    alpha: f32,
+    sampler: &AliasSampler,
+    negative: usize,
+) {
+    let d = DIM as usize;
+    let (u, v) = (&mut model.u, &mut model.v);
+    let mut neg_rng = ChaCha8Rng::seed_from_u64(batch.seed);
+    let mut du = vec![0.0f32; u.len()];
+    let mut dv = vec![0.0f32; v.len()];
+    for (w_in, outputs) in &batch.items {
+        let w_in = *w_in as usize;
+        for &w_out in outputs {
+            let mut negs = vec![0u32; negative];
+            sampler.negatives(&mut neg_rng, w_out, &mut negs);
+            let targets = std::iter::once((w_out as usize, 1.0))
+                .chain(negs.iter().map(|&x| (x as usize, 0.0)));
+            for (x, label) in targets {
+                let f: f64 = (0..d)
+                    .map(|c| f64::from(u[w_in * d + c]) * f64::from(v[x * d + c]))
+                    .sum();
+                let g = (f64::from(alpha) * (label - sigmoid(f))) as f32;
+                for c in 0..d {
+                    du[w_in * d + c] += g * v[x * d + c];
+                    dv[x * d + c] += g * u[w_in * d + c];
+                }
+            }
+        }
+    }
+    for (a, b) in u.iter_mut().zip(&du) {
+        *a += b;
+    }
+    for (a, b) in v.iter_mut().zip(&dv) {
+        *a += b;
+    }
 }
 
 fn norm_scale(x: &[f32]) -> f32 {
