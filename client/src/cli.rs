@@ -36,6 +36,10 @@ pub enum Command {
     Export(ExportArgs),
     /// Probe shards with grpc.health.v1 (exit 0 when all are SERVING).
     Health(crate::health::HealthArgs),
+    /// Evaluate vectors: analogies (3CosAdd, 3CosMul) and word-pair similarity.
+    Eval(crate::eval::EvalArgs),
+    /// Nearest neighbours of words by cosine over the whole vocabulary.
+    Similar(crate::similar::SimilarArgs),
 }
 
 #[derive(Args, Debug)]

@@ -19,6 +19,12 @@ fn main() -> anyhow::Result<()> {
             Command::Train(args) => run_train(*args).await.map(|_| ()),
             Command::Export(args) => colonnade_exporter::cli::run(args).await,
             Command::Health(args) => colonnade_client::health::run(&args).await,
+            Command::Eval(args) => {
+                tokio::task::block_in_place(|| colonnade_client::eval::run(&args))
+            }
+            Command::Similar(args) => {
+                tokio::task::block_in_place(|| colonnade_client::similar::run(&args))
+            }
         }
     })
 }

@@ -20,6 +20,12 @@ pub struct OutputArgs {
     /// Also store the output vectors v(w) in the HDF5 file (`output_vectors`).
     #[arg(long, env = "COLONNADE_EXPORT_OUTPUT_VECTORS")]
     pub output_vectors: bool,
+    /// Also write the vectors as TSV for the TensorBoard projector (one row per word, no header).
+    #[arg(long, env = "COLONNADE_OUTPUT_TSV_VECTORS")]
+    pub output_tsv_vectors: Option<PathBuf>,
+    /// Also write the projector's metadata TSV (one word per line, same order).
+    #[arg(long, env = "COLONNADE_OUTPUT_TSV_METADATA")]
+    pub output_tsv_metadata: Option<PathBuf>,
     /// Chunk and deflate-compress the HDF5 matrices at this level (1-9).
     #[arg(long, env = "COLONNADE_HDF5_COMPRESS", value_parser = clap::value_parser!(u8).range(1..=9))]
     pub hdf5_compress: Option<u8>,
@@ -27,7 +33,11 @@ pub struct OutputArgs {
 
 impl OutputArgs {
     pub fn any(&self) -> bool {
-        self.output.is_some() || self.output_text.is_some() || self.output_binary.is_some()
+        self.output.is_some()
+            || self.output_text.is_some()
+            || self.output_binary.is_some()
+            || self.output_tsv_vectors.is_some()
+            || self.output_tsv_metadata.is_some()
     }
 
     pub fn options(&self, attributes: serde_json::Map<String, serde_json::Value>) -> ExportOptions {
@@ -35,6 +45,8 @@ impl OutputArgs {
             hdf5: self.output.clone(),
             text: self.output_text.clone(),
             binary: self.output_binary.clone(),
+            tsv_vectors: self.output_tsv_vectors.clone(),
+            tsv_metadata: self.output_tsv_metadata.clone(),
             include_output: self.output_vectors,
             compress: self.hdf5_compress,
             attributes,
@@ -60,7 +72,7 @@ pub struct ExportArgs {
 
 pub async fn run(args: ExportArgs) -> anyhow::Result<()> {
     if !args.out.any() {
-        bail!("nothing to write: give --output, --output-text or --output-binary");
+        bail!("nothing to write: give --output, --output-text, --output-binary or --output-tsv-vectors/--output-tsv-metadata");
     }
     let fingerprint = args
         .fingerprint

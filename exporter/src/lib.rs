@@ -1,7 +1,7 @@
 //! The Colonnade exporter: pulls every shard's column slice of the vectors,
 //! reassembles full rows in blocks (memory bounded by the block, never the
-//! whole matrix) and writes them as HDF5 ([`hdf5_out`]) and word2vec text and
-//! binary ([`word2vec`]).
+//! whole matrix) and writes them as HDF5 ([`hdf5_out`]), word2vec text and
+//! binary ([`word2vec`]) and the TensorBoard projector's TSV files ([`tsv`]).
 //!
 //! It only reads shard state (`PullRows`, `Status`); it must never modify a
 //! model. HDF5 layout: `vectors` f32 [V, D] (input vectors), `words` UTF-8
@@ -12,6 +12,7 @@
 pub mod cli;
 pub mod hdf5_out;
 pub mod pull;
+pub mod tsv;
 pub mod word2vec;
 
 pub use pull::{discover, export, ExportOptions, ExportSummary, ShardHandle};

@@ -1,6 +1,7 @@
 //! Pulling column slices from the shards and assembling rows.
 
 use crate::hdf5_out::Hdf5Writer;
+use crate::tsv::ProjectorWriter;
 use crate::word2vec::{BinaryWriter, TextWriter};
 use anyhow::{bail, Context};
 use colonnade_common::model::ModelSpec;
@@ -28,6 +29,9 @@ pub struct ExportOptions {
     pub hdf5: Option<PathBuf>,
     pub text: Option<PathBuf>,
     pub binary: Option<PathBuf>,
+    /// TensorBoard projector TSV files (vectors; metadata = the words).
+    pub tsv_vectors: Option<PathBuf>,
+    pub tsv_metadata: Option<PathBuf>,
     /// Also write the output vectors v(w) to HDF5 (`output_vectors`).
     pub include_output: bool,
     /// Deflate level for chunked, compressed HDF5 datasets (None: contiguous).
@@ -226,6 +230,9 @@ pub async fn export(
         .as_ref()
         .map(|p| BinaryWriter::create(p, v, dim))
         .transpose()?;
+    let mut tsv = (opts.tsv_vectors.is_some() || opts.tsv_metadata.is_some())
+        .then(|| ProjectorWriter::create(opts.tsv_vectors.as_deref(), opts.tsv_metadata.as_deref()))
+        .transpose()?;
     let mut block = Vec::new();
     let mut start = 0;
     while start < v {
@@ -249,6 +256,9 @@ pub async fn export(
                 w.write(word, row)?;
             }
             if let Some(w) = binary.as_mut() {
+                w.write(word, row)?;
+            }
+            if let Some(w) = tsv.as_mut() {
                 w.write(word, row)?;
             }
         }
@@ -283,6 +293,9 @@ pub async fn export(
     }
     if let Some(w) = binary {
         files.push(w.finish()?);
+    }
+    if let Some(w) = tsv {
+        files.extend(w.finish()?);
     }
     Ok(ExportSummary {
         rows: v,
