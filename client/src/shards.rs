@@ -164,18 +164,7 @@ impl ShardApi for LocalShard {
                     .map_err(|e| Status::invalid_argument(e.to_string()))?,
             );
         }
-        let spec = colonnade_ps_shard::ShardSpec {
-            model: ModelSpec {
-                vocab_fingerprint: spec.vocab_fingerprint,
-                vocab_size: spec.vocab_size,
-                dim: spec.dim,
-                negative: spec.negative,
-                sampling_power: spec.sampling_power,
-                init_seed: spec.init_seed,
-            },
-            col_start: spec.col_start,
-            col_end: spec.col_end,
-        };
+        let spec = colonnade_ps_shard::service::spec_from_wire(&spec);
         let created = self.service.core().create_model(spec, &counts)?;
         Ok(v1::CreateModelResponse {
             model_fingerprint: created.fingerprint,

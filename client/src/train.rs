@@ -155,7 +155,11 @@ pub async fn train<S: ShardApi>(
             params.minibatch,
             params.seed,
         );
-        let (alpha0, negative) = (params.alpha, params.negative as usize);
+        let schedule = Schedule {
+            alpha0: params.alpha,
+            words_total,
+        };
+        let negative = params.negative as usize;
         tasks.spawn(async move {
             let mut batches = Vec::new();
             let mut bufs = Buffers::default();
@@ -167,16 +171,11 @@ pub async fn train<S: ShardApi>(
                     progress.words.fetch_add(ids.len() as u64, Relaxed);
                     progress.trained_words.fetch_add(kept as u64, Relaxed);
                     for mb in &batches {
-                        let alpha =
-                            learning_rate(alpha0, progress.words.load(Relaxed), words_total);
-                        progress
-                            .alpha_bits
-                            .store(u64::from(alpha.to_bits()), Relaxed);
                         step(
                             &shards,
                             fingerprint,
                             mb,
-                            alpha,
+                            schedule,
                             negative,
                             &mut bufs,
                             &progress,
@@ -188,12 +187,11 @@ pub async fn train<S: ShardApi>(
             batches.clear();
             former.flush(&mut batches);
             for mb in &batches {
-                let alpha = learning_rate(alpha0, progress.words.load(Relaxed), words_total);
                 step(
                     &shards,
                     fingerprint,
                     mb,
-                    alpha,
+                    schedule,
                     negative,
                     &mut bufs,
                     &progress,
@@ -308,17 +306,36 @@ fn shard_error(
     )
 }
 
+/// word2vec's learning-rate schedule over this worker's share of all epochs.
+#[derive(Clone, Copy)]
+struct Schedule {
+    alpha0: f32,
+    words_total: u64,
+}
+
+impl Schedule {
+    /// The rate for the next minibatch, from the words processed so far.
+    fn alpha(self, progress: &Progress) -> f32 {
+        let alpha = learning_rate(self.alpha0, progress.words.load(Relaxed), self.words_total);
+        progress
+            .alpha_bits
+            .store(u64::from(alpha.to_bits()), Relaxed);
+        alpha
+    }
+}
+
 /// One minibatch: dotprod on every shard, weights on the client, adjust on every shard.
 async fn step<S: ShardApi>(
     shards: &[S],
     fingerprint: u64,
     mb: &MiniBatch,
-    alpha: f32,
+    schedule: Schedule,
     negative: usize,
     b: &mut Buffers,
     progress: &Progress,
 ) -> anyhow::Result<()> {
     let pairs = mb.pairs();
+    let alpha = schedule.alpha(progress);
     let batch = v1::Minibatch {
         model_fingerprint: fingerprint,
         seed: mb.seed,

@@ -111,7 +111,8 @@ fn spec_to_wire(s: &ShardSpec) -> v1::ModelSpec {
     }
 }
 
-fn spec_from_wire(s: &v1::ModelSpec) -> ShardSpec {
+/// The domain spec of a wire `ModelSpec`.
+pub fn spec_from_wire(s: &v1::ModelSpec) -> ShardSpec {
     ShardSpec {
         model: ModelSpec {
             vocab_fingerprint: s.vocab_fingerprint,
