@@ -2,17 +2,21 @@
 # The main job, from a fresh clone: installs what the build needs, builds, and
 # trains word2vec on the sample corpus the repo ships (2.0M words of English
 # Wikipedia) with an embedded cluster of 2 PS shards, writing out/model.h5 plus
-# the word2vec text and binary formats. Extra arguments go to `colonnade train`.
+# the word2vec text and binary formats. Extra arguments go to `colonnade train`
+# and override the defaults below (e.g. `./scripts/quickstart.sh --iter 1`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 ./scripts/setup.sh
 cargo build --release --workspace --bins
 mkdir -p out
+# Defaults as environment variables, so command-line flags override them.
+export COLONNADE_SIZE=${COLONNADE_SIZE:-100} COLONNADE_WINDOW=${COLONNADE_WINDOW:-5} \
+  COLONNADE_NEGATIVE=${COLONNADE_NEGATIVE:-5} COLONNADE_MIN_COUNT=${COLONNADE_MIN_COUNT:-5} \
+  COLONNADE_SAMPLE=${COLONNADE_SAMPLE:-1e-4} COLONNADE_ITER=${COLONNADE_ITER:-3}
 ./target/release/colonnade train \
   --corpus testdata/sample.txt.xz \
   --embedded-shards 2 \
-  --size 100 --window 5 --negative 5 --min-count 5 --sample 1e-4 --iter 3 \
   --save-vocab out/vocab.tsv \
   --output out/model.h5 --output-text out/vectors.txt --output-binary out/vectors.bin \
   "$@"
