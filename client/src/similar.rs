@@ -123,17 +123,7 @@ pub fn neighbours(
 
 pub fn search(args: &SimilarArgs) -> anyhow::Result<SimilarReport> {
     let queries = read_queries(args)?;
-    let start = Instant::now();
-    let emb = Embeddings::load(&args.vectors)
-        .with_context(|| format!("cannot read vectors {}", args.vectors.display()))?;
-    tracing::info!(
-        file = %args.vectors.display(),
-        format = %emb.format,
-        words = emb.len(),
-        dim = emb.dim(),
-        seconds = start.elapsed().as_secs_f64(),
-        "vectors loaded"
-    );
+    let emb = Embeddings::load_logged(&args.vectors)?;
     let mut fold: Option<CaseFold> = None;
     let mut resolved = Vec::with_capacity(queries.len());
     let mut unknown = Vec::new();

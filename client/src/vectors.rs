@@ -141,6 +141,24 @@ impl Embeddings {
         }
     }
 
+    /// [`Embeddings::load`] for the commands: the error names the file and
+    /// the load is logged with its format, shape and time.
+    pub fn load_logged(path: &Path) -> anyhow::Result<Self> {
+        let start = std::time::Instant::now();
+        let emb = Self::load(path).map_err(|e| {
+            anyhow::anyhow!(e).context(format!("cannot read vectors {}", path.display()))
+        })?;
+        tracing::info!(
+            file = %path.display(),
+            format = %emb.format,
+            words = emb.len(),
+            dim = emb.dim(),
+            seconds = start.elapsed().as_secs_f64(),
+            "vectors loaded"
+        );
+        Ok(emb)
+    }
+
     pub fn len(&self) -> usize {
         self.words.len()
     }

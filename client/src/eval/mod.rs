@@ -114,17 +114,7 @@ pub fn evaluate(args: &EvalArgs) -> anyhow::Result<EvalReport> {
         .iter()
         .map(|p| pairs::PairSet::load(p))
         .collect::<Result<Vec<_>, _>>()?;
-    let start = Instant::now();
-    let emb = Embeddings::load(&args.vectors)
-        .with_context(|| format!("cannot read vectors {}", args.vectors.display()))?;
-    tracing::info!(
-        file = %args.vectors.display(),
-        format = %emb.format,
-        words = emb.len(),
-        dim = emb.dim(),
-        seconds = start.elapsed().as_secs_f64(),
-        "vectors loaded"
-    );
+    let emb = Embeddings::load_logged(&args.vectors)?;
     let mut analogies = Vec::new();
     for set in &analogy_sets {
         let start = Instant::now();
