@@ -9,7 +9,7 @@ on the same two cores (every child inherits this process's CPU affinity,
 1. gensim `Word2Vec(sg=1, hs=0, workers=2, seed=1)` (bench/_common.py, the
    same baseline as bench/quality.py);
 2. Colonnade, shards inside the client: `colonnade train --embedded-shards 2
-   --threads 2`;
+   --threads 2` (training calls the two shards' cores in process: no wire);
 3. Colonnade as separate processes: two `ps-shard --threads 1`, shard i pinned
    with `taskset` to core i of --cores, and `colonnade train --shards ...
    --threads 2` pinned to all of them. The shards are always stopped at the end.
@@ -305,8 +305,8 @@ def run_colonnade(
 def wire(s: dict, n: int, shards: int, d: int) -> dict | None:
     """Bytes per trained input word, measured and by the paper's formulas."""
     t = s.get("trained_words") or 0
-    if t <= 0:
-        return None
+    if t <= 0 or not (s.get("bytes_sent") or s.get("bytes_received")):
+        return None  # shards called in process: nothing crossed a wire
     w = s["pairs"] / t
     sent, recv = s["bytes_sent"] / t, s["bytes_received"] / t
     r7 = w * (n + 1) * shards * 4  # formula (7), per direction
@@ -334,7 +334,6 @@ def wire(s: dict, n: int, shards: int, d: int) -> dict | None:
         "conventional_over_measured": (2 * r2) / (sent + recv) if sent + recv else None,
         "bytes_per_minibatch": (s["bytes_sent"] + s["bytes_received"]) / s["minibatches"] if s.get("minibatches") else None,
         "pairs_per_minibatch": s["pairs"] / s["minibatches"] if s.get("minibatches") else None,
-        # Minibatches never span sentences: with short lines this is far below --minibatch.
         "inputs_per_minibatch": t / s["minibatches"] if s.get("minibatches") else None,
     }
 
@@ -617,7 +616,7 @@ def main(argv: list[str]) -> int:
                 "Bytes on the wire per trained input word T (after subsampling), gRPC payloads counted by the "
                 "client; w = pairs/T, r′ = w·(n+1)·S·4 per direction (paper formula (7)), "
                 "conv. PS = (2+w·n)·d·4 per direction (formula (2)); r′ + ids adds the ids both requests carry, "
-                "2·(2+w)·4·S. T/minibatch: mean inputs per minibatch (minibatches never span sentences).",
+                "2·(2+w)·4·S. T/minibatch: mean inputs per minibatch (minibatches span sentences, windows do not). Runs whose shards were called in process send nothing and are not listed.",
                 "",
                 wire_table(wired),
             ]

@@ -3,7 +3,7 @@
 //! variable (compose and Kubernetes set env most easily).
 
 use crate::shards::{create_model, model_spec, EmbeddedCluster, GrpcShard};
-use crate::train::{report, train, Progress, TrainParams, TrainSummary};
+use crate::train::{report, train, train_in_process, Progress, TrainParams, TrainSummary};
 use anyhow::{bail, Context};
 use clap::{Args, Parser, Subcommand};
 use colonnade_common::corpus::DEFAULT_MAX_SENTENCE;
@@ -63,9 +63,15 @@ pub struct TrainArgs {
     /// Corpus files: whitespace-separated tokens, plain, .gz or .xz.
     #[arg(long, env = "COLONNADE_CORPUS", value_delimiter = ',', num_args = 1.., required = true)]
     pub corpus: Vec<PathBuf>,
-    /// Run this many shards inside this process, on loopback.
+    /// Run this many shards inside this process. Training calls them
+    /// directly (no encoding, no sockets); export reads them over gRPC on
+    /// loopback.
     #[arg(long, env = "COLONNADE_EMBEDDED_SHARDS", conflicts_with = "shards")]
     pub embedded_shards: Option<usize>,
+    /// Train embedded shards through gRPC on loopback, as remote shards are
+    /// (to measure or test the wire path on one machine).
+    #[arg(long, env = "COLONNADE_EMBEDDED_GRPC", requires = "embedded_shards")]
+    pub embedded_grpc: bool,
     /// Running shards, comma-separated host:port, in shard order.
     #[arg(long, env = "COLONNADE_SHARDS", value_delimiter = ',')]
     pub shards: Vec<String>,
@@ -102,7 +108,7 @@ pub struct TrainArgs {
     /// Client threads (minibatch pipelines); default: available cores.
     #[arg(long, env = "COLONNADE_THREADS")]
     pub threads: Option<usize>,
-    /// Minibatches each thread keeps in flight.
+    /// Minibatches each thread keeps in flight (shards reached over gRPC).
     #[arg(long, env = "COLONNADE_IN_FLIGHT", default_value_t = 2)]
     pub in_flight: usize,
     /// Input words per minibatch.
@@ -223,13 +229,19 @@ pub async fn run_train(args: TrainArgs) -> anyhow::Result<TrainSummary> {
         fingerprint = format!("{fingerprint:016x}"),
         "model ready on every shard"
     );
+    let in_process = embedded.is_some() && !args.embedded_grpc;
     let params = TrainParams {
         window: args.window,
         negative: args.negative,
         sample: args.sample,
         alpha: args.alpha,
         iter: args.iter,
-        concurrency: threads * args.in_flight.max(1),
+        // In-process shards compute on the pipeline's own thread: one each.
+        concurrency: if in_process {
+            threads
+        } else {
+            threads * args.in_flight.max(1)
+        },
         minibatch: args.minibatch,
         seed: args.seed,
         worker_index: args.worker_index,
@@ -243,15 +255,35 @@ pub async fn run_train(args: TrainArgs) -> anyhow::Result<TrainSummary> {
         expected,
         std::io::stderr().is_terminal(),
     ));
-    let result = train(
-        shards,
-        fingerprint,
-        Arc::clone(&vocab),
-        args.corpus.clone(),
-        params.clone(),
-        Arc::clone(&progress),
-    )
-    .await;
+    let result = match embedded.as_ref().filter(|_| in_process) {
+        Some(cluster) => {
+            let models = cluster
+                .shards
+                .iter()
+                .map(|s| s.core.model(fingerprint))
+                .collect::<Result<Vec<_>, _>>()
+                .context("embedded shard lost its model")?;
+            train_in_process(
+                models,
+                Arc::clone(&vocab),
+                args.corpus.clone(),
+                params.clone(),
+                Arc::clone(&progress),
+            )
+            .await
+        }
+        None => {
+            train(
+                shards,
+                fingerprint,
+                Arc::clone(&vocab),
+                args.corpus.clone(),
+                params.clone(),
+                Arc::clone(&progress),
+            )
+            .await
+        }
+    };
     progress
         .done
         .store(true, std::sync::atomic::Ordering::Relaxed);

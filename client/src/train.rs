@@ -1,8 +1,11 @@
 //! The training loop of one client (paper Fig. 7): a reader thread streams this
-//! worker's sentences in jobs of ~10,000 words; `concurrency` tasks each turn
-//! sentences into minibatches (spanning sentences) and, per minibatch,
+//! worker's sentences in jobs of ~10,000 words; `concurrency` pipelines each
+//! turn sentences into minibatches (spanning sentences) and, per minibatch,
 //! broadcast `dotprod`, sum the partial dot products in shard order, compute the
 //! weights α(1−σ(F⁺)) and −ασ(F⁻) and broadcast `adjust` with the same seed.
+//! A [`Pipeline`] is how one minibatch reaches the shards: over [`ShardApi`]
+//! (gRPC, async tasks) or by calling shards held in this process directly
+//! (blocking threads, no encoding, negatives drawn once for all shards).
 //! The learning rate decays linearly over all epochs; a minibatch's rate is
 //! taken when it is sent, from the in-vocabulary words of every sentence added
 //! to any task's minibatches so far.
@@ -17,7 +20,9 @@ use colonnade_common::sgns::{
 use colonnade_common::vocab::Vocab;
 use colonnade_proto::v1::{self, AdjustRequest, DotprodRequest};
 use colonnade_proto::{decode_f32_into, encode_f32, encode_u32};
+use colonnade_ps_shard::core::{Batch, Model, Scratch, ShardError, Targets};
 use prost::Message;
+use std::future::Future;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
@@ -62,6 +67,18 @@ pub struct Progress {
 impl Progress {
     pub fn alpha(&self) -> f32 {
         f32::from_bits(self.alpha_bits.load(Relaxed) as u32)
+    }
+
+    /// Counts one trained minibatch.
+    fn record(&self, pairs: usize, sent: u64, received: u64, loss: f64) {
+        self.pairs.fetch_add(pairs as u64, Relaxed);
+        self.minibatches.fetch_add(1, Relaxed);
+        self.bytes_sent.fetch_add(sent, Relaxed);
+        self.bytes_received.fetch_add(received, Relaxed);
+        if let Ok(mut r) = self.recent.lock() {
+            r.0 += loss;
+            r.1 += pairs as u64;
+        }
     }
 
     /// Mean loss per pair since the previous call.
@@ -112,6 +129,58 @@ pub async fn train<S: ShardApi>(
     if shards.is_empty() {
         bail!("no shards to train with");
     }
+    let shards = Arc::new(shards);
+    let negative = params.negative as usize;
+    let pipeline = |_| RemotePipeline {
+        shards: Arc::clone(&shards),
+        fingerprint,
+        negative,
+        bufs: Buffers::default(),
+    };
+    run(vocab, corpus, params, progress, pipeline).await
+}
+
+/// Trains on `corpus` with shards held in this process, `models[i]` being
+/// shard i's slice of one model (all with the same fingerprint).
+pub async fn train_in_process(
+    models: Vec<Arc<Model>>,
+    vocab: Arc<Vocab>,
+    corpus: Vec<PathBuf>,
+    params: TrainParams,
+    progress: Arc<Progress>,
+) -> anyhow::Result<TrainSummary> {
+    let Some(first) = models.first() else {
+        bail!("no shards to train with");
+    };
+    if let Some((i, m)) = models
+        .iter()
+        .enumerate()
+        .find(|(_, m)| m.fingerprint != first.fingerprint)
+    {
+        bail!(
+            "embedded shard {i} holds model {:016x}, shard 0 holds {:016x}",
+            m.fingerprint,
+            first.fingerprint
+        );
+    }
+    let models: Arc<[Arc<Model>]> = models.into();
+    let pipeline = |_| LocalPipeline {
+        models: Arc::clone(&models),
+        scratch: Scratch::default(),
+        targets: Targets::default(),
+        bufs: Buffers::default(),
+    };
+    run(vocab, corpus, params, progress, pipeline).await
+}
+
+/// The reader thread and `params.concurrency` pipelines made by `pipeline(i)`.
+async fn run<P: Pipeline>(
+    vocab: Arc<Vocab>,
+    corpus: Vec<PathBuf>,
+    params: TrainParams,
+    progress: Arc<Progress>,
+    pipeline: impl Fn(usize) -> P,
+) -> anyhow::Result<TrainSummary> {
     if params.num_workers == 0 || params.worker_index >= params.num_workers {
         bail!(
             "--worker-index {} is not below --num-workers {}",
@@ -143,65 +212,31 @@ pub async fn train<S: ShardApi>(
             .context("cannot start the corpus reader thread")?
     };
 
-    let shards = Arc::new(shards);
+    let schedule = Schedule {
+        alpha0: params.alpha,
+        words_total,
+    };
     let mut tasks = tokio::task::JoinSet::new();
-    for _ in 0..concurrency {
-        let rx = rx.clone();
-        let shards = Arc::clone(&shards);
-        let progress = Arc::clone(&progress);
-        let mut former = BatchFormer::new(
+    for i in 0..concurrency {
+        let former = BatchFormer::new(
             Arc::clone(&keep),
             params.window,
             params.minibatch,
             params.seed,
         );
-        let schedule = Schedule {
-            alpha0: params.alpha,
-            words_total,
-        };
-        let negative = params.negative as usize;
-        tasks.spawn(async move {
-            let mut batches = Vec::new();
-            let mut bufs = Buffers::default();
-            while let Ok(job) = rx.recv().await {
-                for (sentence, tokens, ids) in &job.sentences {
-                    batches.clear();
-                    let kept = former.add_sentence(job.epoch, *sentence, ids, &mut batches);
-                    progress.tokens.fetch_add(*tokens, Relaxed);
-                    progress.words.fetch_add(ids.len() as u64, Relaxed);
-                    progress.trained_words.fetch_add(kept as u64, Relaxed);
-                    for mb in &batches {
-                        step(
-                            &shards,
-                            fingerprint,
-                            mb,
-                            schedule,
-                            negative,
-                            &mut bufs,
-                            &progress,
-                        )
-                        .await?;
-                    }
-                }
-            }
-            batches.clear();
-            former.flush(&mut batches);
-            for mb in &batches {
-                step(
-                    &shards,
-                    fingerprint,
-                    mb,
-                    schedule,
-                    negative,
-                    &mut bufs,
-                    &progress,
-                )
-                .await?;
-            }
-            anyhow::Ok(())
-        });
+        let work = worker(
+            rx.clone(),
+            former,
+            schedule,
+            pipeline(i),
+            Arc::clone(&progress),
+        );
+        if P::BLOCKING {
+            tasks.spawn_blocking(move || futures::executor::block_on(work));
+        } else {
+            tasks.spawn(work);
+        }
     }
-    drop(rx);
     let mut failure = None;
     while let Some(res) = tasks.join_next().await {
         let err = match res {
@@ -211,9 +246,13 @@ pub async fn train<S: ShardApi>(
         };
         if failure.is_none() {
             failure = Some(err);
+            // Blocking pipelines cannot be aborted: closing the channel stops
+            // them at their next job, and stops the reader.
+            rx.close();
             tasks.abort_all();
         }
     }
+    drop(rx);
     let read = tokio::task::spawn_blocking(move || reader.join())
         .await
         .context("corpus reader")?
@@ -236,6 +275,39 @@ pub async fn train<S: ShardApi>(
         tokens_per_second: tokens as f64 / seconds.max(1e-9),
         final_loss: progress.take_loss(),
     })
+}
+
+/// One training pipeline: turns jobs into minibatches and steps them.
+async fn worker<P: Pipeline>(
+    rx: async_channel::Receiver<Job>,
+    mut former: BatchFormer,
+    schedule: Schedule,
+    mut pipeline: P,
+    progress: Arc<Progress>,
+) -> anyhow::Result<()> {
+    let mut batches = Vec::new();
+    while let Ok(job) = rx.recv().await {
+        for (sentence, tokens, ids) in &job.sentences {
+            batches.clear();
+            let kept = former.add_sentence(job.epoch, *sentence, ids, &mut batches);
+            progress.tokens.fetch_add(*tokens, Relaxed);
+            progress.words.fetch_add(ids.len() as u64, Relaxed);
+            progress.trained_words.fetch_add(kept as u64, Relaxed);
+            for mb in &batches {
+                pipeline
+                    .step(mb, schedule.alpha(&progress), &progress)
+                    .await?;
+            }
+        }
+    }
+    batches.clear();
+    former.flush(&mut batches);
+    for mb in &batches {
+        pipeline
+            .step(mb, schedule.alpha(&progress), &progress)
+            .await?;
+    }
+    Ok(())
 }
 
 /// Streams this worker's sentences of every epoch into the channel.
@@ -288,8 +360,36 @@ struct Buffers {
     f_pos: Vec<f32>,
     f_neg: Vec<f32>,
     part: Vec<f32>,
+    part_neg: Vec<f32>,
     g_pos: Vec<f32>,
     g_neg: Vec<f32>,
+}
+
+impl Buffers {
+    /// Zeroes the dot-product sums for `pairs` pairs.
+    fn zero_dots(&mut self, pairs: usize, negative: usize) {
+        self.f_pos.clear();
+        self.f_pos.resize(pairs, 0.0);
+        self.f_neg.clear();
+        self.f_neg.resize(pairs * negative, 0.0);
+    }
+
+    /// The weights α(1−σ(F⁺)) and −ασ(F⁻) of the summed dot products; returns
+    /// the minibatch's loss.
+    fn weights(&mut self, alpha: f32) -> f64 {
+        let mut loss = 0.0f64;
+        self.g_pos.clear();
+        self.g_neg.clear();
+        for &f in &self.f_pos {
+            self.g_pos.push(positive_weight(alpha, f));
+            loss += f64::from(neg_log_sigmoid(f));
+        }
+        for &f in &self.f_neg {
+            self.g_neg.push(negative_weight(alpha, f));
+            loss += f64::from(neg_log_sigmoid(-f));
+        }
+        loss
+    }
 }
 
 fn shard_error(
@@ -324,86 +424,158 @@ impl Schedule {
     }
 }
 
-/// One minibatch: dotprod on every shard, weights on the client, adjust on every shard.
-async fn step<S: ShardApi>(
-    shards: &[S],
+/// How one minibatch reaches the shards: dotprod on every shard, partial dots
+/// summed in shard order, weights on the client, adjust on every shard.
+pub trait Pipeline: Send + 'static {
+    /// Whether `step` computes on the calling thread (shards in this process):
+    /// such pipelines run on blocking threads, off the async reactor.
+    const BLOCKING: bool;
+    fn step(
+        &mut self,
+        mb: &MiniBatch,
+        alpha: f32,
+        progress: &Progress,
+    ) -> impl Future<Output = anyhow::Result<()>> + Send;
+}
+
+/// A pipeline over [`ShardApi`] shards (gRPC).
+struct RemotePipeline<S> {
+    shards: Arc<Vec<S>>,
     fingerprint: u64,
-    mb: &MiniBatch,
-    schedule: Schedule,
     negative: usize,
-    b: &mut Buffers,
-    progress: &Progress,
-) -> anyhow::Result<()> {
-    let pairs = mb.pairs();
-    let alpha = schedule.alpha(progress);
-    let batch = v1::Minibatch {
-        model_fingerprint: fingerprint,
-        seed: mb.seed,
-        inputs: encode_u32(&mb.inputs),
-        context_counts: encode_u32(&mb.context_counts),
-        outputs: encode_u32(&mb.outputs),
-    };
-    let dot_req = DotprodRequest { batch: Some(batch) };
-    let mut sent = dot_req.encoded_len() as u64 * shards.len() as u64;
-    let mut received = 0u64;
-    let responses =
-        futures::future::join_all(shards.iter().map(|s| s.dotprod(dot_req.clone()))).await;
-    b.f_pos.clear();
-    b.f_pos.resize(pairs, 0.0);
-    b.f_neg.clear();
-    b.f_neg.resize(pairs * negative, 0.0);
-    for (i, (shard, resp)) in shards.iter().zip(responses).enumerate() {
-        let resp = resp.map_err(|e| shard_error(shard.name(), i, shards.len(), "dotprod", e))?;
-        received += resp.encoded_len() as u64;
-        for (raw, field, sum) in [
-            (&resp.pos, "pos", &mut b.f_pos),
-            (&resp.neg, "neg", &mut b.f_neg),
-        ] {
-            decode_f32_into(field, raw, &mut b.part)
-                .with_context(|| format!("shard {}: bad dotprod response", shard.name()))?;
-            if b.part.len() != sum.len() {
-                bail!(
-                    "shard {}: dotprod returned {} `{field}` values, expected {}",
-                    shard.name(),
-                    b.part.len(),
-                    sum.len()
-                );
-            }
-            for (acc, x) in sum.iter_mut().zip(&b.part) {
-                *acc += x;
+    bufs: Buffers,
+}
+
+impl<S: ShardApi> Pipeline for RemotePipeline<S> {
+    const BLOCKING: bool = false;
+
+    async fn step(
+        &mut self,
+        mb: &MiniBatch,
+        alpha: f32,
+        progress: &Progress,
+    ) -> anyhow::Result<()> {
+        let (shards, b) = (&self.shards[..], &mut self.bufs);
+        let pairs = mb.pairs();
+        let batch = v1::Minibatch {
+            model_fingerprint: self.fingerprint,
+            seed: mb.seed,
+            inputs: encode_u32(&mb.inputs),
+            context_counts: encode_u32(&mb.context_counts),
+            outputs: encode_u32(&mb.outputs),
+        };
+        let dot_req = DotprodRequest { batch: Some(batch) };
+        let mut sent = dot_req.encoded_len() as u64 * shards.len() as u64;
+        let mut received = 0u64;
+        let responses =
+            futures::future::join_all(shards.iter().map(|s| s.dotprod(dot_req.clone()))).await;
+        b.zero_dots(pairs, self.negative);
+        for (i, (shard, resp)) in shards.iter().zip(responses).enumerate() {
+            let resp =
+                resp.map_err(|e| shard_error(shard.name(), i, shards.len(), "dotprod", e))?;
+            received += resp.encoded_len() as u64;
+            for (raw, field, sum) in [
+                (&resp.pos, "pos", &mut b.f_pos),
+                (&resp.neg, "neg", &mut b.f_neg),
+            ] {
+                decode_f32_into(field, raw, &mut b.part)
+                    .with_context(|| format!("shard {}: bad dotprod response", shard.name()))?;
+                if b.part.len() != sum.len() {
+                    bail!(
+                        "shard {}: dotprod returned {} `{field}` values, expected {}",
+                        shard.name(),
+                        b.part.len(),
+                        sum.len()
+                    );
+                }
+                add_into(sum, &b.part);
             }
         }
+        let loss = b.weights(alpha);
+        let adj_req = AdjustRequest {
+            batch: dot_req.batch,
+            pos_weights: encode_f32(&b.g_pos),
+            neg_weights: encode_f32(&b.g_neg),
+        };
+        sent += adj_req.encoded_len() as u64 * shards.len() as u64;
+        let results =
+            futures::future::join_all(shards.iter().map(|s| s.adjust(adj_req.clone()))).await;
+        for (i, (shard, res)) in shards.iter().zip(results).enumerate() {
+            res.map_err(|e| shard_error(shard.name(), i, shards.len(), "adjust", e))?;
+        }
+        progress.record(pairs, sent, received, loss);
+        Ok(())
     }
-    let mut loss = 0.0f64;
-    b.g_pos.clear();
-    b.g_neg.clear();
-    for &f in &b.f_pos {
-        b.g_pos.push(positive_weight(alpha, f));
-        loss += f64::from(neg_log_sigmoid(f));
+}
+
+/// A pipeline over shards held in this process: their core is called on this
+/// thread, nothing is encoded, and the negatives are drawn once for all shards
+/// (every shard of a model draws the same ones from the minibatch seed).
+struct LocalPipeline {
+    models: Arc<[Arc<Model>]>,
+    scratch: Scratch,
+    targets: Targets,
+    bufs: Buffers,
+}
+
+impl LocalPipeline {
+    fn step_now(&mut self, mb: &MiniBatch, alpha: f32, progress: &Progress) -> anyhow::Result<()> {
+        let (models, b) = (&self.models[..], &mut self.bufs);
+        let pairs = mb.pairs();
+        let negative = models[0].spec.model.negative as usize;
+        let batch = Batch {
+            fingerprint: models[0].fingerprint,
+            seed: mb.seed,
+            inputs: &mb.inputs,
+            context_counts: &mb.context_counts,
+            outputs: &mb.outputs,
+        };
+        let failed = |i: usize, call: &str, e: ShardError| {
+            anyhow::anyhow!("embedded shard {i} of {}: {call} failed: {e}", models.len())
+        };
+        models[0]
+            .draw_targets(&batch, &mut self.targets)
+            .map_err(|e| failed(0, "dotprod", e))?;
+        b.zero_dots(pairs, negative);
+        for (i, m) in models.iter().enumerate() {
+            m.dotprod_with(
+                &batch,
+                &self.targets,
+                &mut self.scratch,
+                &mut b.part,
+                &mut b.part_neg,
+            )
+            .map_err(|e| failed(i, "dotprod", e))?;
+            add_into(&mut b.f_pos, &b.part);
+            add_into(&mut b.f_neg, &b.part_neg);
+        }
+        let loss = b.weights(alpha);
+        for (i, m) in models.iter().enumerate() {
+            m.adjust_with(&batch, &self.targets, &b.g_pos, &b.g_neg, &mut self.scratch)
+                .map_err(|e| failed(i, "adjust", e))?;
+        }
+        progress.record(pairs, 0, 0, loss);
+        Ok(())
     }
-    for &f in &b.f_neg {
-        b.g_neg.push(negative_weight(alpha, f));
-        loss += f64::from(neg_log_sigmoid(-f));
+}
+
+impl Pipeline for LocalPipeline {
+    const BLOCKING: bool = true;
+
+    async fn step(
+        &mut self,
+        mb: &MiniBatch,
+        alpha: f32,
+        progress: &Progress,
+    ) -> anyhow::Result<()> {
+        self.step_now(mb, alpha, progress)
     }
-    let adj_req = AdjustRequest {
-        batch: dot_req.batch,
-        pos_weights: encode_f32(&b.g_pos),
-        neg_weights: encode_f32(&b.g_neg),
-    };
-    sent += adj_req.encoded_len() as u64 * shards.len() as u64;
-    let results = futures::future::join_all(shards.iter().map(|s| s.adjust(adj_req.clone()))).await;
-    for (i, (shard, res)) in shards.iter().zip(results).enumerate() {
-        res.map_err(|e| shard_error(shard.name(), i, shards.len(), "adjust", e))?;
+}
+
+fn add_into(sum: &mut [f32], part: &[f32]) {
+    for (acc, x) in sum.iter_mut().zip(part) {
+        *acc += x;
     }
-    progress.pairs.fetch_add(pairs as u64, Relaxed);
-    progress.minibatches.fetch_add(1, Relaxed);
-    progress.bytes_sent.fetch_add(sent, Relaxed);
-    progress.bytes_received.fetch_add(received, Relaxed);
-    if let Ok(mut r) = progress.recent.lock() {
-        r.0 += loss;
-        r.1 += pairs as u64;
-    }
-    Ok(())
 }
 
 /// Reports progress until training is done: a bar on a terminal, log lines otherwise.

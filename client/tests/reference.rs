@@ -2,13 +2,17 @@
 //!
 //! The reference below follows word2vec's skip-gram negative-sampling math on
 //! full vectors, written out longhand (f64 dot products, explicit sigmoid), with
-//! the minibatch semantics of the paper (Fig. 6, section 5.1: all vectors of a
-//! minibatch are read at its start and its deltas applied at its end). It shares
+//! the minibatch semantics of the paper (Fig. 6, section 5.1): every dot
+//! product of a minibatch is taken at its start, input vectors get their
+//! deltas at its end, and each output vector is updated as its turn comes (the
+//! shard's one pass over the targets), so a later pair reads it updated. It shares
 //! with the system only what the system's components must agree on bit for bit
 //! by design (vocabulary order, seed derivation, the alias sampler, row init);
 //! the windowing, subsampling, minibatch grouping, learning-rate schedule and
 //! the gradient are its own. In deterministic mode (one minibatch in flight) the
-//! distributed run must match it to float tolerance, for 1 and for 3 shards.
+//! distributed run must match it to float tolerance: 1 shard through the tonic
+//! service, 3 shards over gRPC, and 2 shards called in process (what
+//! `--embedded-shards` trains with).
 
 mod common;
 
@@ -20,7 +24,7 @@ use colonnade_common::seeds::{derive, Purpose};
 use colonnade_common::vocab::Vocab;
 use colonnade_ps_shard::core::Matrix;
 use colonnade_ps_shard::{ShardCore, SpawnedShard};
-use common::{assemble, max_abs_diff, params, run, sample_corpus, vocab_of, DIM};
+use common::{assemble, max_abs_diff, params, run, run_in_process, sample_corpus, vocab_of, DIM};
 use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::path::Path;
@@ -136,8 +140,9 @@ fn reference_train(
     model
 }
 
-/// One minibatch: every dot product from the start-of-minibatch vectors, the
-/// gradient α(label − σ(f)) applied to u(w_I) and v(x) at the end.
+/// One minibatch: every dot product from the start-of-minibatch vectors; the
+/// gradient α(label − σ(f)) goes to v(x) at once (Δu(w_I) reading v(x) just
+/// before) and to u(w_I) at the end.
 fn sgd_step(
     model: &mut Reference,
     batch: &Pending,
@@ -149,7 +154,7 @@ fn sgd_step(
     let (u, v) = (&mut model.u, &mut model.v);
     let mut neg_rng = ChaCha8Rng::seed_from_u64(batch.seed);
     let mut du = vec![0.0f32; u.len()];
-    let mut dv = vec![0.0f32; v.len()];
+    let v_start = v.clone();
     for (w_in, outputs) in &batch.items {
         let w_in = *w_in as usize;
         for &w_out in outputs {
@@ -159,20 +164,17 @@ fn sgd_step(
                 .chain(negs.iter().map(|&x| (x as usize, 0.0)));
             for (x, label) in targets {
                 let f: f64 = (0..d)
-                    .map(|c| f64::from(u[w_in * d + c]) * f64::from(v[x * d + c]))
+                    .map(|c| f64::from(u[w_in * d + c]) * f64::from(v_start[x * d + c]))
                     .sum();
                 let g = (f64::from(alpha) * (label - sigmoid(f))) as f32;
                 for c in 0..d {
                     du[w_in * d + c] += g * v[x * d + c];
-                    dv[x * d + c] += g * u[w_in * d + c];
+                    v[x * d + c] += g * u[w_in * d + c];
                 }
             }
         }
     }
     for (a, b) in u.iter_mut().zip(&du) {
-        *a += b;
-    }
-    for (a, b) in v.iter_mut().zip(&dv) {
         *a += b;
     }
 }
@@ -233,6 +235,12 @@ async fn distributed_matches_reference_for_one_and_three_shards() {
     let u3 = assemble(&cores, fp, Matrix::Input, v);
     let v3 = assemble(&cores, fp, Matrix::Output, v);
 
+    // Two shards called in process, as `--embedded-shards 2` trains.
+    let (fp2, cores2, _) = run_in_process(2, &vocab, &corpus, &p).await;
+    assert_eq!(fp2, fp);
+    let u2 = assemble(&cores2, fp, Matrix::Input, v);
+    let v2 = assemble(&cores2, fp, Matrix::Output, v);
+
     let scale = norm_scale(&reference.u).max(norm_scale(&reference.v));
     let tol = 1e-4 * scale.max(1e-3);
     assert!(
@@ -244,6 +252,8 @@ async fn distributed_matches_reference_for_one_and_three_shards() {
         ("v 1 shard", &v1),
         ("u 3 shards", &u3),
         ("v 3 shards", &v3),
+        ("u 2 shards in process", &u2),
+        ("v 2 shards in process", &v2),
     ] {
         let want = if name.starts_with('u') {
             &reference.u

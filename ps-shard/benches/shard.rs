@@ -4,7 +4,7 @@
 //!
 //! `cargo bench -p colonnade-ps-shard` (results in target/criterion).
 
-use colonnade_common::kernels::{axpy, dot};
+use colonnade_common::kernels::{axpy, dot, sgns_update};
 use colonnade_common::model::ModelSpec;
 use colonnade_ps_shard::core::{Batch, Scratch};
 use colonnade_ps_shard::{ShardCore, ShardSpec};
@@ -87,6 +87,18 @@ fn handlers(c: &mut Criterion) {
                 });
             },
         );
+        let mut targets = colonnade_ps_shard::core::Targets::default();
+        group.bench_with_input(
+            BenchmarkId::new("draw_targets_pairs", inputs),
+            &inputs,
+            |bench, _| {
+                bench.iter(|| {
+                    model
+                        .draw_targets(black_box(&b), &mut targets)
+                        .expect("targets")
+                });
+            },
+        );
         let pw = vec![1e-6f32; pairs];
         let nw = vec![-1e-6f32; pairs * NEGATIVE as usize];
         group.bench_with_input(
@@ -115,6 +127,10 @@ fn kernels(c: &mut Criterion) {
         });
         group.bench_with_input(BenchmarkId::new("axpy", n), &n, |bench, _| {
             bench.iter(|| axpy(black_box(1e-7), black_box(&a), &mut y));
+        });
+        let mut delta = vec![0.0f32; n];
+        group.bench_with_input(BenchmarkId::new("sgns_update", n), &n, |bench, _| {
+            bench.iter(|| sgns_update(black_box(1e-7), black_box(&a), &mut delta, &mut y));
         });
     }
     group.finish();

@@ -5,12 +5,13 @@
 
 use crate::hogwild::HogwildMatrix;
 use colonnade_common::init::init_input_row;
-use colonnade_common::kernels::{axpy, dot};
+use colonnade_common::kernels::{axpy_kernel, dot_kernel, sgns_update_kernel};
 use colonnade_common::model::ModelSpec;
 use colonnade_common::sampler::AliasSampler;
 use colonnade_common::seeds;
 use dashmap::mapref::entry::Entry;
 use dashmap::DashMap;
+use multiversion::multiversion;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
@@ -128,13 +129,19 @@ pub struct Model {
 #[derive(Default)]
 pub struct Scratch {
     u_row: Vec<f32>,
-    v_row: Vec<f32>,
-    negs: Vec<u32>,
     /// Per input position: its accumulated Δu.
     u_delta: Vec<f32>,
-    /// The output-side word of every dot product, in request order: per pair
-    /// its positive word, then its negatives.
-    targets: Vec<u32>,
+    targets: Targets,
+}
+
+/// The output-side word of every dot product of a batch, in request order
+/// (per pair its positive word, then its negatives), and whom they belong to.
+#[derive(Default)]
+pub struct Targets {
+    fingerprint: u64,
+    seed: u64,
+    ids: Vec<u32>,
+    negs: Vec<u32>,
 }
 
 impl Model {
@@ -203,6 +210,19 @@ impl Model {
         Ok(b.outputs.len())
     }
 
+    /// The output-side words of every dot product of `b` (its positives and
+    /// the negatives drawn from its seed), checked against this model. Shards
+    /// of one model draw identical targets (same counts, same seed), so a
+    /// caller holding several shards in process may draw them once and pass
+    /// them to every shard's [`Model::dotprod_with`] / [`Model::adjust_with`].
+    pub fn draw_targets(&self, b: &Batch<'_>, targets: &mut Targets) -> Result<(), ShardError> {
+        self.validate(b)?;
+        self.targets(b, &mut targets.negs, &mut targets.ids);
+        targets.fingerprint = self.fingerprint;
+        targets.seed = b.seed;
+        Ok(())
+    }
+
     /// Partial dot products of `b` on this shard's columns (paper Fig. 5):
     /// `pos` gets u_s(w_I)·v_s(w_O) per pair, `neg` gets u_s(w_I)·v_s(w̃) for
     /// the `negative` samples of each pair, drawn from the batch seed.
@@ -213,47 +233,52 @@ impl Model {
         pos: &mut Vec<f32>,
         neg: &mut Vec<f32>,
     ) -> Result<(), ShardError> {
+        let mut targets = std::mem::take(&mut scratch.targets);
+        let result = self
+            .draw_targets(b, &mut targets)
+            .and_then(|()| self.dotprod_with(b, &targets, scratch, pos, neg));
+        scratch.targets = targets;
+        result
+    }
+
+    /// [`Model::dotprod`] with the targets already drawn by [`Model::draw_targets`].
+    pub fn dotprod_with(
+        &self,
+        b: &Batch<'_>,
+        targets: &Targets,
+        scratch: &mut Scratch,
+        pos: &mut Vec<f32>,
+        neg: &mut Vec<f32>,
+    ) -> Result<(), ShardError> {
         let pairs = self.validate(b)?;
+        self.check_targets(b, targets, pairs)?;
         let n = self.spec.model.negative as usize;
-        let cols = self.spec.cols();
         pos.clear();
         neg.clear();
-        pos.reserve(pairs);
-        neg.reserve(pairs * n);
-        scratch.u_row.resize(cols, 0.0);
-        scratch.v_row.resize(cols, 0.0);
-        self.targets(b, &mut scratch.negs, &mut scratch.targets);
-        let targets = &scratch.targets;
-        let per_pair = n + 1;
-        let mut t = 0;
-        for (i, (&w_in, &count)) in b.inputs.iter().zip(b.context_counts).enumerate() {
-            if let Some(&next) = b.inputs.get(i + 1) {
-                self.u.prefetch_row(next as usize);
-            }
-            self.u.read_row(w_in as usize, &mut scratch.u_row);
-            for _ in 0..count as usize * per_pair {
-                if let Some(&ahead) = targets.get(t + PREFETCH_AHEAD) {
-                    self.v.prefetch_row(ahead as usize);
-                }
-                self.v.read_row(targets[t] as usize, &mut scratch.v_row);
-                let f = dot(&scratch.u_row, &scratch.v_row);
-                if t % per_pair == 0 {
-                    pos.push(f);
-                } else {
-                    neg.push(f);
-                }
-                t += 1;
-            }
-        }
+        pos.resize(pairs, 0.0);
+        neg.resize(pairs * n, 0.0);
+        scratch.u_row.resize(self.spec.cols(), 0.0);
+        dotprod_loop(
+            &self.u,
+            &self.v,
+            b.inputs,
+            b.context_counts,
+            &targets.ids,
+            &mut scratch.u_row,
+            pos,
+            neg,
+        );
         self.stats.dotprod_calls.fetch_add(1, Relaxed);
         Ok(())
     }
 
-    /// Applies Δu_s(w_I) += G·v_s(x) and Δv_s(x) += G·u_s(w_I) for every dot
-    /// product of the batch (paper Fig. 6), every vector read at its value at
-    /// the start of the call (paper 5.1). Done in three passes, so no per-row
-    /// map is needed: (1) Δu per input position from v, nothing written;
-    /// (2) v += G·u, u still untouched; (3) u += Δu.
+    /// Applies Δu_s(w_I) += G·v_s(x) and v_s(x) += G·u_s(w_I) for every dot
+    /// product of the batch (paper Fig. 6). In one pass over the targets, each
+    /// output row is locked once: Δu reads it, then it is updated with u(w_I)
+    /// at its start-of-call value; u(w_I) += Δu is applied at the end, so
+    /// input rows are read at their start-of-call values (paper 5.1) and an
+    /// output row that occurs twice in a batch is read after its first update,
+    /// as sequential SGD would.
     pub fn adjust(
         &self,
         b: &Batch<'_>,
@@ -261,7 +286,25 @@ impl Model {
         neg_weights: &[f32],
         s: &mut Scratch,
     ) -> Result<(), ShardError> {
+        let mut targets = std::mem::take(&mut s.targets);
+        let result = self
+            .draw_targets(b, &mut targets)
+            .and_then(|()| self.adjust_with(b, &targets, pos_weights, neg_weights, s));
+        s.targets = targets;
+        result
+    }
+
+    /// [`Model::adjust`] with the targets already drawn by [`Model::draw_targets`].
+    pub fn adjust_with(
+        &self,
+        b: &Batch<'_>,
+        targets: &Targets,
+        pos_weights: &[f32],
+        neg_weights: &[f32],
+        s: &mut Scratch,
+    ) -> Result<(), ShardError> {
         let pairs = self.validate(b)?;
+        self.check_targets(b, targets, pairs)?;
         let n = self.spec.model.negative as usize;
         if pos_weights.len() != pairs {
             return Err(invalid(format!(
@@ -284,54 +327,39 @@ impl Model {
             }
         }
         let cols = self.spec.cols();
-        // Pass 1 reads only start-of-call values: Δu for every input position
-        // from v. Nothing is written.
         s.u_delta.clear();
         s.u_delta.resize(b.inputs.len() * cols, 0.0);
         s.u_row.resize(cols, 0.0);
-        s.v_row.resize(cols, 0.0);
-        self.targets(b, &mut s.negs, &mut s.targets);
-        let per_pair = n + 1;
-        let weight = |t: usize| {
-            let (pair, k) = (t / per_pair, t % per_pair);
-            if k == 0 {
-                pos_weights[pair]
-            } else {
-                neg_weights[pair * n + k - 1]
-            }
-        };
-        let mut t = 0;
-        for (i, &count) in b.context_counts.iter().enumerate() {
-            let delta = &mut s.u_delta[i * cols..(i + 1) * cols];
-            for _ in 0..count as usize * per_pair {
-                if let Some(&ahead) = s.targets.get(t + PREFETCH_AHEAD) {
-                    self.v.prefetch_row(ahead as usize);
-                }
-                self.v.read_row(s.targets[t] as usize, &mut s.v_row);
-                axpy(weight(t), &s.v_row, delta);
-                t += 1;
-            }
-        }
-        // Pass 2: v(x) += G·u(w_I). u is still at its start-of-call value.
-        let mut t = 0;
-        for (&w_in, &count) in b.inputs.iter().zip(b.context_counts) {
-            self.u.read_row(w_in as usize, &mut s.u_row);
-            for _ in 0..count as usize * per_pair {
-                if let Some(&ahead) = s.targets.get(t + PREFETCH_AHEAD) {
-                    self.v.prefetch_row(ahead as usize);
-                }
-                self.v
-                    .add_scaled_row(s.targets[t] as usize, weight(t), &s.u_row);
-                t += 1;
-            }
-        }
-        // Pass 3: u(w_I) += Δu.
-        for (i, &w_in) in b.inputs.iter().enumerate() {
-            self.u
-                .add_row(w_in as usize, &s.u_delta[i * cols..(i + 1) * cols]);
-        }
+        adjust_loop(
+            &self.u,
+            &self.v,
+            b.inputs,
+            b.context_counts,
+            &targets.ids,
+            pos_weights,
+            neg_weights,
+            &mut s.u_row,
+            &mut s.u_delta,
+        );
         self.stats.adjust_calls.fetch_add(1, Relaxed);
         self.stats.pairs_adjusted.fetch_add(pairs as u64, Relaxed);
+        Ok(())
+    }
+
+    fn check_targets(&self, b: &Batch<'_>, t: &Targets, pairs: usize) -> Result<(), ShardError> {
+        let per_pair = self.spec.model.negative as usize + 1;
+        if t.fingerprint != self.fingerprint || t.seed != b.seed || t.ids.len() != pairs * per_pair
+        {
+            return Err(invalid(format!(
+                "targets drawn for model {:016x} seed {} ({} ids) do not belong to this batch \
+                 (model {:016x}, seed {}, {pairs} pairs)",
+                t.fingerprint,
+                t.seed,
+                t.ids.len(),
+                self.fingerprint,
+                b.seed
+            )));
+        }
         Ok(())
     }
 
@@ -377,6 +405,95 @@ impl Model {
             m.read_row(row as usize, &mut out[i * cols..(i + 1) * cols]);
         }
         Ok(())
+    }
+}
+
+/// The dot products of a validated batch. Multiversioned: the kernels inline
+/// into a clone compiled for the best SIMD the CPU has, chosen at run time.
+#[allow(clippy::too_many_arguments)]
+#[multiversion(targets("x86_64+avx2+fma", "x86_64+avx", "aarch64+neon"))]
+fn dotprod_loop(
+    u: &HogwildMatrix,
+    v: &HogwildMatrix,
+    inputs: &[u32],
+    context_counts: &[u32],
+    targets: &[u32],
+    u_row: &mut [f32],
+    pos: &mut [f32],
+    neg: &mut [f32],
+) {
+    let n = neg.len().checked_div(pos.len()).unwrap_or(0);
+    let (mut pair, mut t) = (0usize, 0usize);
+    for (i, (&w_in, &count)) in inputs.iter().zip(context_counts).enumerate() {
+        if let Some(&next) = inputs.get(i + 1) {
+            u.prefetch_row(next as usize);
+        }
+        u.read_row(w_in as usize, u_row);
+        for _ in 0..count {
+            for k in 0..=n {
+                if let Some(&ahead) = targets.get(t + PREFETCH_AHEAD) {
+                    v.prefetch_row(ahead as usize);
+                }
+                let f = v.with_row(targets[t] as usize, |row| dot_kernel(u_row, row));
+                if k == 0 {
+                    pos[pair] = f;
+                } else {
+                    neg[pair * n + k - 1] = f;
+                }
+                t += 1;
+            }
+            pair += 1;
+        }
+    }
+}
+
+/// The updates of a validated batch (see [`Model::adjust`]). Multiversioned
+/// like [`dotprod_loop`].
+#[allow(clippy::too_many_arguments)]
+#[multiversion(targets("x86_64+avx2+fma", "x86_64+avx", "aarch64+neon"))]
+fn adjust_loop(
+    u: &HogwildMatrix,
+    v: &HogwildMatrix,
+    inputs: &[u32],
+    context_counts: &[u32],
+    targets: &[u32],
+    pos_weights: &[f32],
+    neg_weights: &[f32],
+    u_row: &mut [f32],
+    u_delta: &mut [f32],
+) {
+    let cols = u_row.len();
+    let n = neg_weights
+        .len()
+        .checked_div(pos_weights.len())
+        .unwrap_or(0);
+    let (mut pair, mut t) = (0usize, 0usize);
+    for ((&w_in, &count), delta) in inputs
+        .iter()
+        .zip(context_counts)
+        .zip(u_delta.chunks_exact_mut(cols))
+    {
+        u.read_row(w_in as usize, u_row);
+        for _ in 0..count {
+            for k in 0..=n {
+                if let Some(&ahead) = targets.get(t + PREFETCH_AHEAD) {
+                    v.prefetch_row(ahead as usize);
+                }
+                let g = if k == 0 {
+                    pos_weights[pair]
+                } else {
+                    neg_weights[pair * n + k - 1]
+                };
+                v.with_row_mut(targets[t] as usize, |row| {
+                    sgns_update_kernel(g, u_row, delta, row)
+                });
+                t += 1;
+            }
+            pair += 1;
+        }
+    }
+    for (&w_in, delta) in inputs.iter().zip(u_delta.chunks_exact(cols)) {
+        u.with_row_mut(w_in as usize, |row| axpy_kernel(1.0, delta, row));
     }
 }
 

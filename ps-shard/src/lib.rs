@@ -4,8 +4,8 @@
 //! minibatches, regenerates negatives from the client's seed, and streams rows
 //! out for export.
 //!
-//! Layout: [`hogwild`] is the only shared mutable state (lock-free, with its
-//! safety argument); [`core`] is the training logic, free of transport;
+//! Layout: [`hogwild`] is the only shared mutable state (a lock per row, with
+//! its safety argument); [`core`] is the training logic, free of transport;
 //! [`service`] is the thin tonic adapter; [`server`] wires it with health
 //! checks. A shard never sends vectors or gradients during training, never keeps
 //! state between a `dotprod` and its `adjust`, and never changes state on a

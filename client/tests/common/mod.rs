@@ -1,8 +1,8 @@
 //! Helpers shared by the client's integration tests.
 #![allow(dead_code)]
 
-use colonnade_client::shards::{create_model, model_spec, ShardApi};
-use colonnade_client::train::{train, Progress, TrainParams, TrainSummary};
+use colonnade_client::shards::{create_model, model_spec, LocalShard, ShardApi};
+use colonnade_client::train::{train, train_in_process, Progress, TrainParams, TrainSummary};
 use colonnade_common::vocab::{Counter, Vocab};
 use colonnade_ps_shard::core::Matrix;
 use colonnade_ps_shard::ShardCore;
@@ -73,6 +73,38 @@ pub async fn run<S: ShardApi>(
     .await
     .expect("train");
     (fp, summary)
+}
+
+/// Creates the model on `count` fresh shard cores and trains through them in
+/// process (`train_in_process`, what `--embedded-shards` uses); returns the
+/// fingerprint, the cores and the summary.
+pub async fn run_in_process(
+    count: usize,
+    vocab: &Arc<Vocab>,
+    corpus: &Path,
+    p: &TrainParams,
+) -> (u64, Vec<Arc<ShardCore>>, TrainSummary) {
+    let cores: Vec<Arc<ShardCore>> = (0..count).map(|_| Arc::new(ShardCore::new(None))).collect();
+    let shards: Vec<LocalShard> = cores
+        .iter()
+        .enumerate()
+        .map(|(i, c)| LocalShard::new(format!("local-{i}"), Arc::clone(c), 1))
+        .collect();
+    let spec = model_spec(vocab, DIM, p.negative, 0.75, p.seed);
+    let fp = create_model(&shards, &spec, vocab)
+        .await
+        .expect("create model");
+    let models = cores.iter().map(|c| c.model(fp).expect("model")).collect();
+    let summary = train_in_process(
+        models,
+        Arc::clone(vocab),
+        vec![corpus.to_path_buf()],
+        p.clone(),
+        Arc::new(Progress::default()),
+    )
+    .await
+    .expect("train in process");
+    (fp, cores, summary)
 }
 
 /// Full rows of one matrix, assembled from shard cores in column order.
