@@ -121,8 +121,17 @@ pub struct Model {
     u: HogwildMatrix,
     v: HogwildMatrix,
     sampler: AliasSampler,
+    /// Targets `dotprod` drew, by minibatch seed, for the `adjust` of the same
+    /// minibatch. A soft cache: an entry is checked against the batch before
+    /// use, and a miss (restart, eviction, another shard thread's clear) just
+    /// draws them again from the seed.
+    recent_targets: DashMap<u64, Vec<u32>>,
     pub stats: ModelStats,
 }
+
+/// At most this many minibatches' targets wait for their `adjust` (the cache
+/// is cleared when full; ≲ 40 KB each for 256-input minibatches).
+const TARGET_CACHE_ENTRIES: usize = 512;
 
 /// Reusable per-thread buffers, so steady-state requests allocate nothing
 /// (paper 6.1.3).
@@ -169,6 +178,7 @@ impl Model {
             u,
             v,
             sampler,
+            recent_targets: DashMap::new(),
             stats: ModelStats::default(),
         })
     }
@@ -237,6 +247,13 @@ impl Model {
         let result = self
             .draw_targets(b, &mut targets)
             .and_then(|()| self.dotprod_with(b, &targets, scratch, pos, neg));
+        if result.is_ok() {
+            if self.recent_targets.len() >= TARGET_CACHE_ENTRIES {
+                self.recent_targets.clear();
+            }
+            self.recent_targets
+                .insert(b.seed, std::mem::take(&mut targets.ids));
+        }
         scratch.targets = targets;
         result
     }
@@ -288,10 +305,29 @@ impl Model {
     ) -> Result<(), ShardError> {
         let mut targets = std::mem::take(&mut s.targets);
         let result = self
-            .draw_targets(b, &mut targets)
+            .cached_targets(b, &mut targets)
             .and_then(|()| self.adjust_with(b, &targets, pos_weights, neg_weights, s));
         s.targets = targets;
         result
+    }
+
+    /// The targets `dotprod` drew for `b` if still cached and consistent
+    /// with `b` (same seed and positives, hence the same negatives), else
+    /// drawn again.
+    fn cached_targets(&self, b: &Batch<'_>, targets: &mut Targets) -> Result<(), ShardError> {
+        let pairs = self.validate(b)?;
+        let per_pair = self.spec.model.negative as usize + 1;
+        if let Some((_, ids)) = self.recent_targets.remove(&b.seed) {
+            let consistent =
+                ids.len() == pairs * per_pair && ids.iter().step_by(per_pair).eq(b.outputs.iter());
+            if consistent {
+                targets.ids = ids;
+                targets.fingerprint = self.fingerprint;
+                targets.seed = b.seed;
+                return Ok(());
+            }
+        }
+        self.draw_targets(b, targets)
     }
 
     /// [`Model::adjust`] with the targets already drawn by [`Model::draw_targets`].
@@ -366,7 +402,8 @@ impl Model {
     /// The output-side words of every dot product of `b`, in request order:
     /// per (input, output) pair, the output word, then its negatives drawn
     /// from the batch seed (paper Fig. 5 line 7). `dotprod` and `adjust` both
-    /// call this, so they regenerate identical negatives.
+    /// get their targets from here (`adjust` via the cache when it can), so
+    /// they use identical negatives.
     fn targets(&self, b: &Batch<'_>, negs: &mut Vec<u32>, out: &mut Vec<u32>) {
         let n = self.spec.model.negative as usize;
         negs.resize(n, 0);
@@ -698,6 +735,53 @@ mod tests {
             .expect_err("nan");
         assert!(e.to_string().contains("not finite"));
         assert_eq!(snapshot(&m), before);
+    }
+
+    #[test]
+    fn adjust_uses_dotprods_targets_only_when_they_match_the_batch() {
+        let fresh = || {
+            let core = ShardCore::new(None);
+            let fp = core
+                .create_model(spec(0..8), &COUNTS)
+                .expect("create")
+                .fingerprint;
+            core.model(fp).expect("model")
+        };
+        let (inputs, ctx) = ([0u32, 1], [2u32, 1]);
+        let batch = |outs: &'static [u32], fp| Batch {
+            fingerprint: fp,
+            seed: 9,
+            inputs: &inputs,
+            context_counts: &ctx,
+            outputs: outs,
+        };
+        let mut s = Scratch::default();
+        let (mut p, mut n) = (Vec::new(), Vec::new());
+        let (w_pos, w_neg) = ([0.3f32, -0.2, 0.1], [-0.1f32; 9]);
+        // Cached (dotprod first) and drawn again (adjust alone): same update.
+        let (a, b) = (fresh(), fresh());
+        a.dotprod(&batch(&[1, 2, 3], a.fingerprint), &mut s, &mut p, &mut n)
+            .expect("dotprod");
+        a.adjust(&batch(&[1, 2, 3], a.fingerprint), &w_pos, &w_neg, &mut s)
+            .expect("adjust");
+        b.adjust(&batch(&[1, 2, 3], b.fingerprint), &w_pos, &w_neg, &mut s)
+            .expect("adjust");
+        assert_eq!(snapshot(&a), snapshot(&b));
+        assert_ne!(
+            snapshot(&a),
+            snapshot(&fresh()),
+            "the adjust changed the model"
+        );
+        // A batch reusing the seed with other outputs must not get the cached
+        // targets of the first one.
+        let (c, d) = (fresh(), fresh());
+        c.dotprod(&batch(&[1, 2, 3], c.fingerprint), &mut s, &mut p, &mut n)
+            .expect("dotprod");
+        c.adjust(&batch(&[4, 5, 2], c.fingerprint), &w_pos, &w_neg, &mut s)
+            .expect("adjust");
+        d.adjust(&batch(&[4, 5, 2], d.fingerprint), &w_pos, &w_neg, &mut s)
+            .expect("adjust");
+        assert_eq!(snapshot(&c), snapshot(&d));
     }
 
     #[test]

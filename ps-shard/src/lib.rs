@@ -7,9 +7,10 @@
 //! Layout: [`hogwild`] is the only shared mutable state (a lock per row, with
 //! its safety argument); [`core`] is the training logic, free of transport;
 //! [`service`] is the thin tonic adapter; [`server`] wires it with health
-//! checks. A shard never sends vectors or gradients during training, never keeps
-//! state between a `dotprod` and its `adjust`, and never changes state on a
-//! request it rejects.
+//! checks. A shard never sends vectors or gradients during training, never
+//! needs state between a `dotprod` and its `adjust` (it caches the drawn
+//! negatives for the `adjust`, but a miss just draws them again from the
+//! seed), and never changes state on a request it rejects.
 
 pub mod core;
 pub mod hogwild;
