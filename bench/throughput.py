@@ -33,9 +33,12 @@ the client, see --summary), against the paper's r′ = w·(n+1)·S·4 bytes per
 direction (formula (7), w = pairs/T, n negatives, S shards) and a conventional
 parameter server's (2 + w·n)·d·4 (formula (2)).
 
-Sweeps (Colonnade with embedded shards only, one run per value, all other
-settings at their defaults, --sweep-iter epochs): --minibatch-sweep,
---in-flight-sweep, --shards-sweep. --sweeps-only skips the three main runs.
+Sweeps (one run per value, all other settings at their defaults, --sweep-iter
+epochs): --minibatch-sweep (embedded, and separate ps-shard processes, where
+the minibatch also sets the number of RPCs), --in-flight-sweep (separate
+processes: with shards in process a pipeline computes on its own thread and
+has one minibatch in flight), --shards-sweep (embedded). --sweeps-only skips
+the three main runs.
 
 Prints a markdown report (command, date, machine at the top) and writes it
 with the JSON results to bench/results/throughput-<time>-<corpus>-iter<N>.{json,md}.
@@ -391,14 +394,15 @@ def wire_table(rows: list[dict]) -> str:
 
 def sweep_table(rows: list[dict]) -> str:
     lines = [
-        "| sweep | value | epochs | train s | words/s | train CPU s | words/CPU-s | T/minibatch | B/word (sent + recv) "
+        "| sweep | shards | value | epochs | train s | words/s | train CPU s | words/CPU-s | T/minibatch | B/word (sent + recv) "
         "| total/2r′ | analogy % | WS-353 ρ |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         x = r.get("wire") or {}
+        mode = {"embedded": "in process", "separate": "processes"}.get(r.get("sweep_mode"), "")
         lines.append(
-            f"| {r['sweep']} | {r['sweep_value']} | {r['iter']} | {r['train_seconds']:.1f} | {r['words_per_second']:,.0f} "
+            f"| {r['sweep']} | {mode} | {r['sweep_value']} | {r['iter']} | {r['train_seconds']:.1f} | {r['words_per_second']:,.0f} "
             f"| {fmt(r.get('train_cpu_seconds'), '.1f')} | {fmt(r.get('words_per_cpu_second'), ',.0f')} "
             f"| {fmt(x.get('inputs_per_minibatch'), '.1f')} | {fmt(x.get('bytes_per_word'), '.1f')} "
             f"| {fmt(x.get('total_over_2r_prime'), '.3f')} | {100 * r['eval']['analogy_accuracy']:.1f} "
@@ -457,8 +461,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--no-pin", dest="pin", action="store_false", help="do not confine or pin anything")
     p.add_argument("--skip", default="", help="comma-separated main runs to skip: gensim, embedded, separate")
     p.add_argument("--sweeps-only", action="store_true", help="skip the three main runs, run the sweeps only")
-    p.add_argument("--minibatch-sweep", default=None, help="comma-separated --minibatch values (embedded Colonnade)")
-    p.add_argument("--in-flight-sweep", default=None, help="comma-separated --in-flight values (embedded Colonnade)")
+    p.add_argument("--minibatch-sweep", default=None, help="comma-separated --minibatch values (embedded and separate)")
+    p.add_argument("--in-flight-sweep", default=None, help="comma-separated --in-flight values (separate processes)")
     p.add_argument("--shards-sweep", default=None, help="comma-separated --embedded-shards values")
     p.add_argument("--sweep-iter", type=int, default=None, help="epochs of each sweep run (default: --iter)")
     p.add_argument("--colonnade-args", default="", help="extra flags for every `colonnade train`, one string")
@@ -494,7 +498,7 @@ def main(argv: list[str]) -> int:
     for f in (args.corpus, args.eval_dir / "questions-words.txt", args.eval_dir / "wordsim353.tsv"):
         if not f.is_file():
             raise SystemExit(f"missing input file: {f}")
-    needed = ["colonnade"] + (["ps-shard"] if not args.sweeps_only and "separate" not in args.skip else [])
+    needed = ["colonnade", "ps-shard"]
     for b in needed:
         if not os.access(args.bin_dir / b, os.X_OK):
             raise SystemExit(f"{args.bin_dir / b} not found: run `cargo build --release` (or bench/throughput.sh)")
@@ -555,21 +559,25 @@ def main(argv: list[str]) -> int:
                     separate_shards=args.shards, iters=args.iter))
 
         sweeps: list[dict] = []
-        for name, flag, values in (
-            ("minibatch", "--minibatch", args.minibatch_sweep),
-            ("in-flight", "--in-flight", args.in_flight_sweep),
-            ("shards", None, args.shards_sweep),
+        for name, flag, values, modes in (
+            ("minibatch", "--minibatch", args.minibatch_sweep, ("embedded", "separate")),
+            ("in-flight", "--in-flight", args.in_flight_sweep, ("separate",)),
+            ("shards", None, args.shards_sweep, ("embedded",)),
         ):
-            for v in values:
-                tag = f"sweep-{name}-{v}"
-                if flag is None:
-                    r = run_colonnade(args, plain, work, vocab_path, tag, f"Colonnade, {v} embedded shards",
-                                      embedded_shards=v, iters=args.sweep_iter)
-                else:
-                    r = run_colonnade(args, plain, work, vocab_path, tag, f"Colonnade {flag} {v}",
-                                      embedded_shards=args.shards, iters=args.sweep_iter, flags=[flag, str(v)])
-                r["sweep"], r["sweep_value"] = name, v
-                sweeps.append(r)
+            for mode in modes:
+                for v in values:
+                    tag = f"sweep-{name}-{mode}-{v}"
+                    if flag is None:
+                        r = run_colonnade(args, plain, work, vocab_path, tag, f"Colonnade, {v} embedded shards",
+                                          embedded_shards=v, iters=args.sweep_iter)
+                    elif mode == "embedded":
+                        r = run_colonnade(args, plain, work, vocab_path, tag, f"Colonnade {flag} {v}",
+                                          embedded_shards=args.shards, iters=args.sweep_iter, flags=[flag, str(v)])
+                    else:
+                        r = run_colonnade(args, plain, work, vocab_path, tag, f"Colonnade {flag} {v}",
+                                          separate_shards=args.shards, iters=args.sweep_iter, flags=[flag, str(v)])
+                    r["sweep"], r["sweep_value"], r["sweep_mode"] = name, v, mode
+                    sweeps.append(r)
 
         for r in rows + sweeps:
             log(f"evaluating {r['system']}" + (f" ({r['sweep']} {r['sweep_value']})" if "sweep" in r else ""))
@@ -623,8 +631,9 @@ def main(argv: list[str]) -> int:
         if sweeps:
             out += [
                 "",
-                f"Sweeps: Colonnade, embedded shards, {args.sweep_iter} epoch(s), other settings as above "
-                f"(--shards {args.shards}, --minibatch and --in-flight at their defaults).",
+                f"Sweeps: Colonnade, {args.sweep_iter} epoch(s), other settings as above ({args.shards} shards, "
+                "--minibatch and --in-flight at their defaults); 'in process' = --embedded-shards, "
+                "'processes' = separate ps-shard processes pinned as above.",
                 "",
                 sweep_table(sweeps),
             ]
