@@ -16,14 +16,18 @@
 //! Why not relaxed `AtomicU32` cells (the previous version, race-free without
 //! `unsafe`)? Atomic loads and stores are never vectorized: every row touch
 //! cost one scalar load/convert/store per column, and the criterion bench
-//! (`shard/adjust_pairs/256`) measured the shard's `adjust` ~2.5× slower
-//! than with a lock per row and SIMD kernels. An uncontended lock is one
-//! compare-exchange per row touch.
+//! (`shard/adjust_pairs/256`) measured the shard's `adjust` ~2.7× slower
+//! than with a lock per row and SIMD kernels. An uncontended lock is two
+//! compare-exchanges per row touch. Why parking_lot's mutex and not a pure
+//! spin lock (`spinning_top`, tried)? A thread preempted while holding a hot
+//! row (a frequent word) made the other spin for its whole time slice: one
+//! of two identical 1-epoch runs took twice the CPU. parking_lot spins
+//! briefly, then sleeps.
 //!
 //! [`with_row_mut`]: HogwildMatrix::with_row_mut
 
-use spinning_top::lock_api::RawMutex as _;
-use spinning_top::RawSpinlock as RawMutex;
+use parking_lot::lock_api::RawMutex as _;
+use parking_lot::RawMutex;
 use std::cell::UnsafeCell;
 
 /// `rows × cols` f32 values, row-major, one lock per row.
@@ -84,10 +88,16 @@ impl HogwildMatrix {
         {
             use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
             let cells = &self.cells[row * self.cols..(row + 1) * self.cols];
+            // The row's lock first: its compare-exchange cannot start before
+            // the line arrives, and perf put ~1/3 of the loops' time on it
+            // when only the cells were prefetched.
+            let lock = std::ptr::from_ref(&self.locks[row]).cast::<i8>();
+            // SAFETY: SSE is part of the x86-64 baseline, and a prefetch of
+            // any address (here a valid lock or cell) has no observable effect.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(lock) };
             // One hint per 64-byte line, and the last cell for an unaligned tail.
             for cell in cells.iter().step_by(16).chain(cells.last()) {
-                // SAFETY: SSE is part of the x86-64 baseline, and a prefetch of
-                // any address (here a valid cell) has no observable effect.
+                // SAFETY: as above.
                 unsafe { _mm_prefetch::<_MM_HINT_T0>(cell.get().cast::<i8>().cast_const()) };
             }
         }
