@@ -2,10 +2,8 @@
 //!
 //! The reference below follows word2vec's skip-gram negative-sampling math on
 //! full vectors, written out longhand (f64 dot products, explicit sigmoid), with
-//! the minibatch semantics of the paper (Fig. 6, section 5.1): every dot
-//! product of a minibatch is taken at its start, input vectors get their
-//! deltas at its end, and each output vector is updated as its turn comes (the
-//! shard's one pass over the targets), so a later pair reads it updated. It shares
+//! the minibatch semantics of the paper (Fig. 6, section 5.1: all vectors of a
+//! minibatch are read at its start and its deltas applied at its end). It shares
 //! with the system only what the system's components must agree on bit for bit
 //! by design (vocabulary order, seed derivation, the alias sampler, row init);
 //! the windowing, subsampling, minibatch grouping, learning-rate schedule and
@@ -140,9 +138,8 @@ fn reference_train(
     model
 }
 
-/// One minibatch: every dot product from the start-of-minibatch vectors; the
-/// gradient α(label − σ(f)) goes to v(x) at once (Δu(w_I) reading v(x) just
-/// before) and to u(w_I) at the end.
+/// One minibatch: every dot product from the start-of-minibatch vectors, the
+/// gradient α(label − σ(f)) applied to u(w_I) and v(x) at the end.
 fn sgd_step(
     model: &mut Reference,
     batch: &Pending,
@@ -154,7 +151,7 @@ fn sgd_step(
     let (u, v) = (&mut model.u, &mut model.v);
     let mut neg_rng = ChaCha8Rng::seed_from_u64(batch.seed);
     let mut du = vec![0.0f32; u.len()];
-    let v_start = v.clone();
+    let mut dv = vec![0.0f32; v.len()];
     for (w_in, outputs) in &batch.items {
         let w_in = *w_in as usize;
         for &w_out in outputs {
@@ -164,17 +161,20 @@ fn sgd_step(
                 .chain(negs.iter().map(|&x| (x as usize, 0.0)));
             for (x, label) in targets {
                 let f: f64 = (0..d)
-                    .map(|c| f64::from(u[w_in * d + c]) * f64::from(v_start[x * d + c]))
+                    .map(|c| f64::from(u[w_in * d + c]) * f64::from(v[x * d + c]))
                     .sum();
                 let g = (f64::from(alpha) * (label - sigmoid(f))) as f32;
                 for c in 0..d {
                     du[w_in * d + c] += g * v[x * d + c];
-                    v[x * d + c] += g * u[w_in * d + c];
+                    dv[x * d + c] += g * u[w_in * d + c];
                 }
             }
         }
     }
     for (a, b) in u.iter_mut().zip(&du) {
+        *a += b;
+    }
+    for (a, b) in v.iter_mut().zip(&dv) {
         *a += b;
     }
 }

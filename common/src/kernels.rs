@@ -4,8 +4,8 @@
 //! independent accumulators over fixed-width chunks, so LLVM vectorizes them
 //! for whatever target features their caller is compiled with: the shard's hot
 //! loops are `#[multiversion]`ed (AVX2+FMA, AVX, NEON, baseline, chosen at run
-//! time; never AVX2 unconditionally) and inline these. [`dot`], [`axpy`] and
-//! [`sgns_update`] are the same kernels behind their own run-time dispatch, for
+//! time; never AVX2 unconditionally) and inline these. [`dot`] and [`axpy`]
+//! are the same kernels behind their own run-time dispatch, for
 //! callers outside such loops and for the tests against [`dot_scalar`].
 //!
 //! Every variant computes the same thing in the same order (sixteen lane sums,
@@ -52,16 +52,6 @@ pub fn axpy_kernel(alpha: f32, x: &[f32], y: &mut [f32]) {
     }
 }
 
-/// One SGNS update of an output row, fused: `delta += g·v`, then `v += g·u`
-/// (`delta` reads `v` before this update changes it).
-#[inline(always)]
-pub fn sgns_update_kernel(g: f32, u: &[f32], delta: &mut [f32], v: &mut [f32]) {
-    for ((vi, di), ui) in v.iter_mut().zip(delta.iter_mut()).zip(u) {
-        *di += g * *vi;
-        *vi += g * ui;
-    }
-}
-
 /// [`dot_kernel`], dispatched at run time to the best SIMD variant.
 #[multiversion(targets("x86_64+avx2+fma", "x86_64+avx", "aarch64+neon"))]
 pub fn dot(a: &[f32], b: &[f32]) -> f32 {
@@ -72,12 +62,6 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
 #[multiversion(targets("x86_64+avx2+fma", "x86_64+avx", "aarch64+neon"))]
 pub fn axpy(alpha: f32, x: &[f32], y: &mut [f32]) {
     axpy_kernel(alpha, x, y)
-}
-
-/// [`sgns_update_kernel`], dispatched at run time to the best SIMD variant.
-#[multiversion(targets("x86_64+avx2+fma", "x86_64+avx", "aarch64+neon"))]
-pub fn sgns_update(g: f32, u: &[f32], delta: &mut [f32], v: &mut [f32]) {
-    sgns_update_kernel(g, u, delta, v)
 }
 
 /// Reference dot product, summed left to right in f64.
@@ -117,18 +101,6 @@ mod tests {
             let want: Vec<f32> = x.iter().zip(&y).map(|(xi, yi)| yi + alpha * xi).collect();
             axpy(alpha, &x, &mut y);
             prop_assert_eq!(y, want);
-        }
-
-        #[test]
-        fn sgns_update_matches_reference(v in proptest::collection::vec((-1.0f32..1.0, -1.0f32..1.0, -1.0f32..1.0), 0..140), g in -1.0f32..1.0) {
-            let u: Vec<f32> = v.iter().map(|p| p.0).collect();
-            let mut delta: Vec<f32> = v.iter().map(|p| p.1).collect();
-            let mut out: Vec<f32> = v.iter().map(|p| p.2).collect();
-            let want_delta: Vec<f32> = delta.iter().zip(&out).map(|(d, o)| d + g * o).collect();
-            let want_out: Vec<f32> = out.iter().zip(&u).map(|(o, ui)| o + g * ui).collect();
-            sgns_update(g, &u, &mut delta, &mut out);
-            prop_assert_eq!(delta, want_delta);
-            prop_assert_eq!(out, want_out);
         }
     }
 }

@@ -4,7 +4,7 @@
 //!
 //! `cargo bench -p colonnade-ps-shard` (results in target/criterion).
 
-use colonnade_common::kernels::{axpy, dot, sgns_update};
+use colonnade_common::kernels::{axpy, dot};
 use colonnade_common::model::ModelSpec;
 use colonnade_ps_shard::core::{Batch, Scratch};
 use colonnade_ps_shard::{ShardCore, ShardSpec};
@@ -127,10 +127,6 @@ fn kernels(c: &mut Criterion) {
         });
         group.bench_with_input(BenchmarkId::new("axpy", n), &n, |bench, _| {
             bench.iter(|| axpy(black_box(1e-7), black_box(&a), &mut y));
-        });
-        let mut delta = vec![0.0f32; n];
-        group.bench_with_input(BenchmarkId::new("sgns_update", n), &n, |bench, _| {
-            bench.iter(|| sgns_update(black_box(1e-7), black_box(&a), &mut delta, &mut y));
         });
     }
     group.finish();

@@ -5,7 +5,7 @@
 
 use crate::hogwild::HogwildMatrix;
 use colonnade_common::init::init_input_row;
-use colonnade_common::kernels::{axpy_kernel, dot_kernel, sgns_update_kernel};
+use colonnade_common::kernels::{axpy_kernel, dot_kernel};
 use colonnade_common::model::ModelSpec;
 use colonnade_common::sampler::AliasSampler;
 use colonnade_common::seeds;
@@ -289,13 +289,13 @@ impl Model {
         Ok(())
     }
 
-    /// Applies Δu_s(w_I) += G·v_s(x) and v_s(x) += G·u_s(w_I) for every dot
-    /// product of the batch (paper Fig. 6). In one pass over the targets, each
-    /// output row is locked once: Δu reads it, then it is updated with u(w_I)
-    /// at its start-of-call value; u(w_I) += Δu is applied at the end, so
-    /// input rows are read at their start-of-call values (paper 5.1) and an
-    /// output row that occurs twice in a batch is read after its first update,
-    /// as sequential SGD would.
+    /// Applies Δu_s(w_I) += G·v_s(x) and Δv_s(x) += G·u_s(w_I) for every dot
+    /// product of the batch (paper Fig. 6), every vector read at its value at
+    /// the start of the call (paper 5.1). Two passes over the targets, so no
+    /// per-row map is needed: (1) Δu per input position from v, nothing
+    /// written; (2) v += G·u, u still untouched; then u += Δu. (A single pass,
+    /// Δu reading v(x) already updated by earlier pairs of the batch, was 9 %
+    /// faster but cost 1.7 analogy points on part01: docs/benchmarks.md.)
     pub fn adjust(
         &self,
         b: &Batch<'_>,
@@ -504,29 +504,39 @@ fn adjust_loop(
         .len()
         .checked_div(pos_weights.len())
         .unwrap_or(0);
-    let (mut pair, mut t) = (0usize, 0usize);
-    for ((&w_in, &count), delta) in inputs
-        .iter()
-        .zip(context_counts)
-        .zip(u_delta.chunks_exact_mut(cols))
-    {
-        u.read_row(w_in as usize, u_row);
-        for _ in 0..count {
-            for k in 0..=n {
-                if let Some(&ahead) = targets.get(t + PREFETCH_AHEAD) {
-                    v.prefetch_row(ahead as usize);
-                }
-                let g = if k == 0 {
-                    pos_weights[pair]
-                } else {
-                    neg_weights[pair * n + k - 1]
-                };
-                v.with_row_mut(targets[t] as usize, |row| {
-                    sgns_update_kernel(g, u_row, delta, row)
-                });
-                t += 1;
+    // Pass 1 adds G·v(x) to Δu, reading v only; pass 2 adds G·u(w_I) to
+    // v(x), u being untouched until the end: every vector is read at its
+    // start-of-call value.
+    for update_v in [false, true] {
+        let (mut pair, mut t) = (0usize, 0usize);
+        for ((&w_in, &count), delta) in inputs
+            .iter()
+            .zip(context_counts)
+            .zip(u_delta.chunks_exact_mut(cols))
+        {
+            if update_v {
+                u.read_row(w_in as usize, u_row);
             }
-            pair += 1;
+            for _ in 0..count {
+                for k in 0..=n {
+                    if let Some(&ahead) = targets.get(t + PREFETCH_AHEAD) {
+                        v.prefetch_row(ahead as usize);
+                    }
+                    let g = if k == 0 {
+                        pos_weights[pair]
+                    } else {
+                        neg_weights[pair * n + k - 1]
+                    };
+                    let x = targets[t] as usize;
+                    if update_v {
+                        v.with_row_mut(x, |row| axpy_kernel(g, u_row, row));
+                    } else {
+                        v.with_row(x, |row| axpy_kernel(g, row, delta));
+                    }
+                    t += 1;
+                }
+                pair += 1;
+            }
         }
     }
     for (&w_in, delta) in inputs.iter().zip(u_delta.chunks_exact(cols)) {
