@@ -214,6 +214,20 @@ def gensim_worker(args: argparse.Namespace) -> None:
     Path(args.gensim_worker_result).write_text(json.dumps(result, indent=2))
 
 
+def training_flags(args: argparse.Namespace, iters: int) -> list[str]:
+    """The word2vec hyper-parameters every trainer of a benchmark gets, as flags
+    (`colonnade train` and the gensim worker take the same names)."""
+    return [
+        "--size", str(args.size),
+        "--window", str(args.window),
+        "--negative", str(args.negative),
+        "--min-count", str(args.min_count),
+        "--sample", repr(args.sample),
+        "--alpha", repr(args.alpha),
+        "--iter", str(iters),
+    ]
+
+
 def run_gensim(args: argparse.Namespace, plain: Path, work: Path) -> dict:
     out = work / "gensim.bin"
     result_path = work / "gensim.json"
@@ -223,13 +237,7 @@ def run_gensim(args: argparse.Namespace, plain: Path, work: Path) -> dict:
         "--gensim-worker-corpus", str(plain),
         "--gensim-worker-out", str(out),
         "--gensim-worker-result", str(result_path),
-        "--size", str(args.size),
-        "--window", str(args.window),
-        "--negative", str(args.negative),
-        "--min-count", str(args.min_count),
-        "--sample", repr(args.sample),
-        "--alpha", repr(args.alpha),
-        "--iter", str(args.iter),
+        *training_flags(args, args.iter),
         "--threads", str(args.threads),
     ]
     log("gensim: training (log: %s)" % (work / "gensim.log"))

@@ -61,6 +61,7 @@ from _common import (  # bench/_common.py: helpers shared with bench/throughput.
     run_gensim,
     set_log_name,
     tail,
+    training_flags,
 )
 
 set_log_name("quality")
@@ -78,13 +79,7 @@ def run_colonnade(args: argparse.Namespace, plain: Path, work: Path, minibatch: 
         "--corpus", str(plain),
         "--embedded-shards", str(args.embedded_shards),
         "--threads", str(args.threads),
-        "--size", str(args.size),
-        "--window", str(args.window),
-        "--negative", str(args.negative),
-        "--min-count", str(args.min_count),
-        "--sample", repr(args.sample),
-        "--alpha", repr(args.alpha),
-        "--iter", str(args.iter),
+        *training_flags(args, args.iter),
         *([] if any(a == "--seed" or a.startswith("--seed=") for a in extra) else ["--seed", "1"]),
         "--output-binary", str(binary),
         "--summary", str(summary),

@@ -82,6 +82,7 @@ from _common import (
     run_gensim,
     set_log_name,
     tail,
+    training_flags,
 )
 
 set_log_name("throughput")
@@ -227,13 +228,7 @@ def run_colonnade(
             "--vocab", str(vocab),
             *shard_flags,
             "--threads", str(args.threads),
-            "--size", str(args.size),
-            "--window", str(args.window),
-            "--negative", str(args.negative),
-            "--min-count", str(args.min_count),
-            "--sample", repr(args.sample),
-            "--alpha", repr(args.alpha),
-            "--iter", str(iters),
+            *training_flags(args, iters),
             "--seed", str(args.seed),
             *flags,
             *args.colonnade_extra,

@@ -227,9 +227,7 @@ impl Model {
     /// them to every shard's [`Model::dotprod_with`] / [`Model::adjust_with`].
     pub fn draw_targets(&self, b: &Batch<'_>, targets: &mut Targets) -> Result<(), ShardError> {
         self.validate(b)?;
-        self.targets(b, &mut targets.negs, &mut targets.ids);
-        targets.fingerprint = self.fingerprint;
-        targets.seed = b.seed;
+        self.draw(b, targets);
         Ok(())
     }
 
@@ -243,19 +241,17 @@ impl Model {
         pos: &mut Vec<f32>,
         neg: &mut Vec<f32>,
     ) -> Result<(), ShardError> {
+        let pairs = self.validate(b)?;
         let mut targets = std::mem::take(&mut scratch.targets);
-        let result = self
-            .draw_targets(b, &mut targets)
-            .and_then(|()| self.dotprod_with(b, &targets, scratch, pos, neg));
-        if result.is_ok() {
-            if self.recent_targets.len() >= TARGET_CACHE_ENTRIES {
-                self.recent_targets.clear();
-            }
-            self.recent_targets
-                .insert(b.seed, std::mem::take(&mut targets.ids));
+        self.draw(b, &mut targets);
+        self.dotprod_checked(b, pairs, &targets, scratch, pos, neg);
+        if self.recent_targets.len() >= TARGET_CACHE_ENTRIES {
+            self.recent_targets.clear();
         }
+        self.recent_targets
+            .insert(b.seed, std::mem::take(&mut targets.ids));
         scratch.targets = targets;
-        result
+        Ok(())
     }
 
     /// [`Model::dotprod`] with the targets already drawn by [`Model::draw_targets`].
@@ -269,6 +265,21 @@ impl Model {
     ) -> Result<(), ShardError> {
         let pairs = self.validate(b)?;
         self.check_targets(b, targets, pairs)?;
+        self.dotprod_checked(b, pairs, targets, scratch, pos, neg);
+        Ok(())
+    }
+
+    /// The dot products of a batch already validated (`pairs` pairs) with
+    /// its targets.
+    fn dotprod_checked(
+        &self,
+        b: &Batch<'_>,
+        pairs: usize,
+        targets: &Targets,
+        scratch: &mut Scratch,
+        pos: &mut Vec<f32>,
+        neg: &mut Vec<f32>,
+    ) {
         let n = self.spec.model.negative as usize;
         pos.clear();
         neg.clear();
@@ -286,7 +297,6 @@ impl Model {
             neg,
         );
         self.stats.dotprod_calls.fetch_add(1, Relaxed);
-        Ok(())
     }
 
     /// Applies Δu_s(w_I) += G·v_s(x) and Δv_s(x) += G·u_s(w_I) for every dot
@@ -303,10 +313,10 @@ impl Model {
         neg_weights: &[f32],
         s: &mut Scratch,
     ) -> Result<(), ShardError> {
+        let pairs = self.validate(b)?;
         let mut targets = std::mem::take(&mut s.targets);
-        let result = self
-            .cached_targets(b, &mut targets)
-            .and_then(|()| self.adjust_with(b, &targets, pos_weights, neg_weights, s));
+        self.cached_targets(b, pairs, &mut targets);
+        let result = self.adjust_checked(b, pairs, &targets, pos_weights, neg_weights, s);
         s.targets = targets;
         result
     }
@@ -314,8 +324,7 @@ impl Model {
     /// The targets `dotprod` drew for `b` if still cached and consistent
     /// with `b` (same seed and positives, hence the same negatives), else
     /// drawn again.
-    fn cached_targets(&self, b: &Batch<'_>, targets: &mut Targets) -> Result<(), ShardError> {
-        let pairs = self.validate(b)?;
+    fn cached_targets(&self, b: &Batch<'_>, pairs: usize, targets: &mut Targets) {
         let per_pair = self.spec.model.negative as usize + 1;
         if let Some((_, ids)) = self.recent_targets.remove(&b.seed) {
             let consistent =
@@ -324,10 +333,10 @@ impl Model {
                 targets.ids = ids;
                 targets.fingerprint = self.fingerprint;
                 targets.seed = b.seed;
-                return Ok(());
+                return;
             }
         }
-        self.draw_targets(b, targets)
+        self.draw(b, targets);
     }
 
     /// [`Model::adjust`] with the targets already drawn by [`Model::draw_targets`].
@@ -341,6 +350,20 @@ impl Model {
     ) -> Result<(), ShardError> {
         let pairs = self.validate(b)?;
         self.check_targets(b, targets, pairs)?;
+        self.adjust_checked(b, pairs, targets, pos_weights, neg_weights, s)
+    }
+
+    /// The updates of a batch already validated (`pairs` pairs) with its
+    /// targets; checks the weights before touching any state.
+    fn adjust_checked(
+        &self,
+        b: &Batch<'_>,
+        pairs: usize,
+        targets: &Targets,
+        pos_weights: &[f32],
+        neg_weights: &[f32],
+        s: &mut Scratch,
+    ) -> Result<(), ShardError> {
         let n = self.spec.model.negative as usize;
         if pos_weights.len() != pairs {
             return Err(invalid(format!(
@@ -403,18 +426,20 @@ impl Model {
     /// per (input, output) pair, the output word, then its negatives drawn
     /// from the batch seed (paper Fig. 5 line 7). `dotprod` and `adjust` both
     /// get their targets from here (`adjust` via the cache when it can), so
-    /// they use identical negatives.
-    fn targets(&self, b: &Batch<'_>, negs: &mut Vec<u32>, out: &mut Vec<u32>) {
+    /// they use identical negatives. `b` must be validated.
+    fn draw(&self, b: &Batch<'_>, t: &mut Targets) {
         let n = self.spec.model.negative as usize;
-        negs.resize(n, 0);
-        out.clear();
-        out.reserve(b.outputs.len() * (n + 1));
+        t.negs.resize(n, 0);
+        t.ids.clear();
+        t.ids.reserve(b.outputs.len() * (n + 1));
         let mut rng = seeds::rng(b.seed);
         for &w_out in b.outputs {
-            self.sampler.negatives(&mut rng, w_out, negs);
-            out.push(w_out);
-            out.extend_from_slice(negs);
+            self.sampler.negatives(&mut rng, w_out, &mut t.negs);
+            t.ids.push(w_out);
+            t.ids.extend_from_slice(&t.negs);
         }
+        t.fingerprint = self.fingerprint;
+        t.seed = b.seed;
     }
 
     /// Rows `start..end` of one matrix, this shard's columns, row-major.
@@ -540,7 +565,7 @@ fn adjust_loop(
         }
     }
     for (&w_in, delta) in inputs.iter().zip(u_delta.chunks_exact(cols)) {
-        u.with_row_mut(w_in as usize, |row| axpy_kernel(1.0, delta, row));
+        u.add_row(w_in as usize, delta);
     }
 }
 
