@@ -5,13 +5,16 @@
 
 use crate::hogwild::HogwildMatrix;
 use colonnade_common::init::init_input_row;
-use colonnade_common::kernels::{axpy_kernel, dot_kernel};
+#[cfg(target_arch = "x86_64")]
+use colonnade_common::kernels::Avx;
+use colonnade_common::kernels::{Portable, Simd};
 use colonnade_common::model::ModelSpec;
 use colonnade_common::sampler::AliasSampler;
 use colonnade_common::seeds;
 use dashmap::mapref::entry::Entry;
 use dashmap::DashMap;
 use multiversion::multiversion;
+use multiversion::target::match_target;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
@@ -168,10 +171,17 @@ impl Model {
         let rows = counts.len();
         let cols = spec.cols();
         let (seed, dim, col_start) = (spec.model.init_seed, spec.model.dim, spec.col_start);
+        let no_memory = |e: std::io::Error| {
+            ShardError::ResourceExhausted(format!(
+                "cannot map {} bytes for {rows} words × {cols} columns: {e}",
+                (rows as u64).saturating_mul(cols as u64 * 4)
+            ))
+        };
         let u = HogwildMatrix::new(rows, cols, |r, row| {
             init_input_row(seed, dim, r as u64, col_start, row)
-        });
-        let v = HogwildMatrix::new(rows, cols, |_, row| row.fill(0.0));
+        })
+        .map_err(no_memory)?;
+        let v = HogwildMatrix::zeroed(rows, cols).map_err(no_memory)?;
         Ok(Self {
             fingerprint: spec.model.fingerprint(),
             spec,
@@ -286,16 +296,16 @@ impl Model {
         pos.resize(pairs, 0.0);
         neg.resize(pairs * n, 0.0);
         scratch.u_row.resize(self.spec.cols(), 0.0);
-        dotprod_loop(
-            &self.u,
-            &self.v,
-            b.inputs,
-            b.context_counts,
-            &targets.ids,
-            &mut scratch.u_row,
+        dotprod_loop(DotprodWork {
+            u: &self.u,
+            v: &self.v,
+            inputs: b.inputs,
+            context_counts: b.context_counts,
+            targets: &targets.ids,
+            u_row: &mut scratch.u_row,
             pos,
             neg,
-        );
+        });
         self.stats.dotprod_calls.fetch_add(1, Relaxed);
     }
 
@@ -470,20 +480,42 @@ impl Model {
     }
 }
 
+/// What [`dotprod_loop`] works on: a validated batch's rows and targets.
+struct DotprodWork<'a> {
+    u: &'a HogwildMatrix,
+    v: &'a HogwildMatrix,
+    inputs: &'a [u32],
+    context_counts: &'a [u32],
+    targets: &'a [u32],
+    u_row: &'a mut [f32],
+    pos: &'a mut [f32],
+    neg: &'a mut [f32],
+}
+
 /// The dot products of a validated batch. Multiversioned: the kernels inline
-/// into a clone compiled for the best SIMD the CPU has, chosen at run time.
-#[allow(clippy::too_many_arguments)]
+/// into a clone compiled for the best SIMD the CPU has, chosen at run time
+/// (the `Avx` kernels where the clone has AVX, see `colonnade_common::kernels`).
 #[multiversion(targets("x86_64+avx2+fma", "x86_64+avx", "aarch64+neon"))]
-fn dotprod_loop(
-    u: &HogwildMatrix,
-    v: &HogwildMatrix,
-    inputs: &[u32],
-    context_counts: &[u32],
-    targets: &[u32],
-    u_row: &mut [f32],
-    pos: &mut [f32],
-    neg: &mut [f32],
-) {
+fn dotprod_loop<'a>(work: DotprodWork<'a>) {
+    match_target! {
+        // SAFETY: this arm is compiled only into clones for CPUs with AVX.
+        "x86_64+avx" => dotprod_body(unsafe { Avx::new_unchecked() }, work),
+        _ => dotprod_body(Portable, work),
+    }
+}
+
+#[inline(always)]
+fn dotprod_body<K: Simd>(k: K, work: DotprodWork<'_>) {
+    let DotprodWork {
+        u,
+        v,
+        inputs,
+        context_counts,
+        targets,
+        u_row,
+        pos,
+        neg,
+    } = work;
     let n = neg.len().checked_div(pos.len()).unwrap_or(0);
     let (mut pair, mut t) = (0usize, 0usize);
     for (i, (&w_in, &count)) in inputs.iter().zip(context_counts).enumerate() {
@@ -492,15 +524,15 @@ fn dotprod_loop(
         }
         u.read_row(w_in as usize, u_row);
         for _ in 0..count {
-            for k in 0..=n {
+            for j in 0..=n {
                 if let Some(&ahead) = targets.get(t + PREFETCH_AHEAD) {
                     v.prefetch_row(ahead as usize);
                 }
-                let f = v.with_row(targets[t] as usize, |row| dot_kernel(u_row, row));
-                if k == 0 {
+                let f = v.with_row(targets[t] as usize, |row| k.dot(u_row, row));
+                if j == 0 {
                     pos[pair] = f;
                 } else {
-                    neg[pair * n + k - 1] = f;
+                    neg[pair * n + j - 1] = f;
                 }
                 t += 1;
             }
@@ -529,9 +561,10 @@ fn adjust_loop(
         .len()
         .checked_div(pos_weights.len())
         .unwrap_or(0);
-    // Pass 1 adds G·v(x) to Δu, reading v only; pass 2 adds G·u(w_I) to
-    // v(x), u being untouched until the end: every vector is read at its
-    // start-of-call value.
+    let k = Portable; // adjust only needs axpy, which LLVM vectorizes fully
+                      // Pass 1 adds G·v(x) to Δu, reading v only; pass 2 adds G·u(w_I) to
+                      // v(x), u being untouched until the end: every vector is read at its
+                      // start-of-call value.
     for update_v in [false, true] {
         let (mut pair, mut t) = (0usize, 0usize);
         for ((&w_in, &count), delta) in inputs
@@ -543,20 +576,20 @@ fn adjust_loop(
                 u.read_row(w_in as usize, u_row);
             }
             for _ in 0..count {
-                for k in 0..=n {
+                for j in 0..=n {
                     if let Some(&ahead) = targets.get(t + PREFETCH_AHEAD) {
                         v.prefetch_row(ahead as usize);
                     }
-                    let g = if k == 0 {
+                    let g = if j == 0 {
                         pos_weights[pair]
                     } else {
-                        neg_weights[pair * n + k - 1]
+                        neg_weights[pair * n + j - 1]
                     };
                     let x = targets[t] as usize;
                     if update_v {
-                        v.with_row_mut(x, |row| axpy_kernel(g, u_row, row));
+                        v.with_row_mut(x, |row| k.axpy(g, u_row, row));
                     } else {
-                        v.with_row(x, |row| axpy_kernel(g, row, delta));
+                        v.with_row(x, |row| k.axpy(g, row, delta));
                     }
                     t += 1;
                 }
