@@ -128,32 +128,85 @@ pub struct Model {
     /// minibatch. A soft cache: an entry is checked against the batch before
     /// use, and a miss (restart, eviction, another shard thread's clear) just
     /// draws them again from the seed.
-    recent_targets: DashMap<u64, Vec<u32>>,
+    recent_targets: DashMap<u64, Targets>,
     pub stats: ModelStats,
 }
 
 /// At most this many minibatches' targets wait for their `adjust` (the cache
-/// is cleared when full; ≲ 40 KB each for 256-input minibatches).
+/// is cleared when full; ≲ 250 KB each for 256-input minibatches).
 const TARGET_CACHE_ENTRIES: usize = 512;
 
 /// Reusable per-thread buffers, so steady-state requests allocate nothing
 /// (paper 6.1.3).
 #[derive(Default)]
 pub struct Scratch {
-    u_row: Vec<f32>,
+    /// Per input position: its u row as the call found it.
+    u_rows: Vec<f32>,
     /// Per input position: its accumulated Δu.
     u_delta: Vec<f32>,
+    /// One output row's accumulated Δv.
+    v_delta: Vec<f32>,
+    /// Per dot product, in request order: its value (dotprod) or weight (adjust).
+    dots: Vec<f32>,
     targets: Targets,
 }
 
 /// The output-side word of every dot product of a batch, in request order
-/// (per pair its positive word, then its negatives), and whom they belong to.
+/// (per pair its positive word, then its negatives), whom they belong to, and
+/// the same dot products grouped by output row, in ascending row order, so
+/// that the loops visit and lock each distinct output row once per call
+/// however often it occurs (the negatives of a minibatch repeat the frequent
+/// words many times).
 #[derive(Default)]
 pub struct Targets {
     fingerprint: u64,
     seed: u64,
+    /// The batch's context counts the grouping was made for.
+    context_counts: Vec<u32>,
     ids: Vec<u32>,
     negs: Vec<u32>,
+    /// Input position of each pair.
+    input_of_pair: Vec<u32>,
+    /// Sort keys: output row << 32 | dot-product index.
+    keys: Vec<u64>,
+    /// The dot products sorted by output row (ties in request order), each
+    /// as (dot-product index, input position).
+    plan: Vec<(u32, u32)>,
+    /// Runs of `plan` sharing one output row: (row, end of the run in `plan`).
+    groups: Vec<(u32, u32)>,
+}
+
+impl Targets {
+    /// Groups `ids` by output row into `plan` and `groups`.
+    fn group(&mut self, context_counts: &[u32], per_pair: usize) {
+        self.context_counts.clear();
+        self.context_counts.extend_from_slice(context_counts);
+        self.input_of_pair.clear();
+        for (p, &c) in context_counts.iter().enumerate() {
+            self.input_of_pair
+                .extend(std::iter::repeat_n(p as u32, c as usize));
+        }
+        self.keys.clear();
+        self.keys.extend(
+            self.ids
+                .iter()
+                .enumerate()
+                .map(|(t, &row)| (u64::from(row) << 32) | t as u64),
+        );
+        // A stable radix sort on the row alone: ties keep request order.
+        radsort::sort_by_key(&mut self.keys, |&key| (key >> 32) as u32);
+        self.plan.clear();
+        self.groups.clear();
+        for (i, &key) in self.keys.iter().enumerate() {
+            let (row, t) = ((key >> 32) as u32, key as u32);
+            self.plan
+                .push((t, self.input_of_pair[t as usize / per_pair]));
+            match self.groups.last_mut() {
+                Some((last, end)) if *last == row => *end = i as u32 + 1,
+                _ => self.groups.push((row, i as u32 + 1)),
+            }
+        }
+    }
 }
 
 impl Model {
@@ -258,9 +311,7 @@ impl Model {
         if self.recent_targets.len() >= TARGET_CACHE_ENTRIES {
             self.recent_targets.clear();
         }
-        self.recent_targets
-            .insert(b.seed, std::mem::take(&mut targets.ids));
-        scratch.targets = targets;
+        self.recent_targets.insert(b.seed, targets);
         Ok(())
     }
 
@@ -291,31 +342,39 @@ impl Model {
         neg: &mut Vec<f32>,
     ) {
         let n = self.spec.model.negative as usize;
-        pos.clear();
-        neg.clear();
-        pos.resize(pairs, 0.0);
-        neg.resize(pairs * n, 0.0);
-        scratch.u_row.resize(self.spec.cols(), 0.0);
+        scratch
+            .u_rows
+            .resize(b.inputs.len() * self.spec.cols(), 0.0);
+        scratch.dots.clear();
+        scratch.dots.resize(targets.ids.len(), 0.0);
         dotprod_loop(DotprodWork {
             u: &self.u,
             v: &self.v,
             inputs: b.inputs,
-            context_counts: b.context_counts,
-            targets: &targets.ids,
-            u_row: &mut scratch.u_row,
-            pos,
-            neg,
+            plan: &targets.plan,
+            groups: &targets.groups,
+            u_rows: &mut scratch.u_rows,
+            dots: &mut scratch.dots,
         });
+        pos.clear();
+        neg.clear();
+        pos.reserve(pairs);
+        neg.reserve(pairs * n);
+        for per_pair in scratch.dots.chunks_exact(n + 1) {
+            pos.push(per_pair[0]);
+            neg.extend_from_slice(&per_pair[1..]);
+        }
         self.stats.dotprod_calls.fetch_add(1, Relaxed);
     }
 
     /// Applies Δu_s(w_I) += G·v_s(x) and Δv_s(x) += G·u_s(w_I) for every dot
     /// product of the batch (paper Fig. 6), every vector read at its value at
-    /// the start of the call (paper 5.1). Two passes over the targets, so no
-    /// per-row map is needed: (1) Δu per input position from v, nothing
-    /// written; (2) v += G·u, u still untouched; then u += Δu. (A single pass,
-    /// Δu reading v(x) already updated by earlier pairs of the batch, was 9 %
-    /// faster but cost 1.7 analogy points on part01: docs/benchmarks.md.)
+    /// the start of the call (paper 5.1). One visit per distinct output row
+    /// x (the targets are grouped by row): for each of its dot products, Δu of
+    /// the input position += G·v(x) and Δv(x) += G·u(w_I); then v(x) +=
+    /// Δv(x); u is read first and updated after all rows. (Updating v(x) as
+    /// each dot product goes, so that later pairs read it updated, cost 1.7
+    /// analogy points on part01: docs/benchmarks.md.)
     pub fn adjust(
         &self,
         b: &Batch<'_>,
@@ -336,13 +395,12 @@ impl Model {
     /// drawn again.
     fn cached_targets(&self, b: &Batch<'_>, pairs: usize, targets: &mut Targets) {
         let per_pair = self.spec.model.negative as usize + 1;
-        if let Some((_, ids)) = self.recent_targets.remove(&b.seed) {
-            let consistent =
-                ids.len() == pairs * per_pair && ids.iter().step_by(per_pair).eq(b.outputs.iter());
+        if let Some((_, cached)) = self.recent_targets.remove(&b.seed) {
+            let consistent = cached.ids.len() == pairs * per_pair
+                && cached.context_counts == b.context_counts
+                && cached.ids.iter().step_by(per_pair).eq(b.outputs.iter());
             if consistent {
-                targets.ids = ids;
-                targets.fingerprint = self.fingerprint;
-                targets.seed = b.seed;
+                *targets = cached;
                 return;
             }
         }
@@ -396,19 +454,25 @@ impl Model {
             }
         }
         let cols = self.spec.cols();
+        s.u_rows.resize(b.inputs.len() * cols, 0.0);
         s.u_delta.clear();
         s.u_delta.resize(b.inputs.len() * cols, 0.0);
-        s.u_row.resize(cols, 0.0);
+        s.v_delta.resize(cols, 0.0);
+        s.dots.clear();
+        for (&g_pos, g_neg) in pos_weights.iter().zip(neg_weights.chunks_exact(n.max(1))) {
+            s.dots.push(g_pos);
+            s.dots.extend_from_slice(&g_neg[..n]);
+        }
         adjust_loop(
             &self.u,
             &self.v,
             b.inputs,
-            b.context_counts,
-            &targets.ids,
-            pos_weights,
-            neg_weights,
-            &mut s.u_row,
+            &targets.plan,
+            &targets.groups,
+            &s.dots,
+            &mut s.u_rows,
             &mut s.u_delta,
+            &mut s.v_delta,
         );
         self.stats.adjust_calls.fetch_add(1, Relaxed);
         self.stats.pairs_adjusted.fetch_add(pairs as u64, Relaxed);
@@ -417,7 +481,10 @@ impl Model {
 
     fn check_targets(&self, b: &Batch<'_>, t: &Targets, pairs: usize) -> Result<(), ShardError> {
         let per_pair = self.spec.model.negative as usize + 1;
-        if t.fingerprint != self.fingerprint || t.seed != b.seed || t.ids.len() != pairs * per_pair
+        if t.fingerprint != self.fingerprint
+            || t.seed != b.seed
+            || t.ids.len() != pairs * per_pair
+            || t.context_counts != b.context_counts
         {
             return Err(invalid(format!(
                 "targets drawn for model {:016x} seed {} ({} ids) do not belong to this batch \
@@ -448,6 +515,7 @@ impl Model {
             t.ids.push(w_out);
             t.ids.extend_from_slice(&t.negs);
         }
+        t.group(b.context_counts, n + 1);
         t.fingerprint = self.fingerprint;
         t.seed = b.seed;
     }
@@ -480,21 +548,33 @@ impl Model {
     }
 }
 
-/// What [`dotprod_loop`] works on: a validated batch's rows and targets.
+/// Reads the u rows of every input position into `u_rows`.
+#[inline(always)]
+fn read_input_rows(u: &HogwildMatrix, inputs: &[u32], u_rows: &mut [f32]) {
+    let cols = u.cols();
+    for (i, (&w_in, row)) in inputs.iter().zip(u_rows.chunks_exact_mut(cols)).enumerate() {
+        if let Some(&ahead) = inputs.get(i + PREFETCH_AHEAD) {
+            u.prefetch_row(ahead as usize);
+        }
+        u.read_row(w_in as usize, row);
+    }
+}
+
+/// What [`dotprod_loop`] works on: a validated batch's rows and grouped targets.
 struct DotprodWork<'a> {
     u: &'a HogwildMatrix,
     v: &'a HogwildMatrix,
     inputs: &'a [u32],
-    context_counts: &'a [u32],
-    targets: &'a [u32],
-    u_row: &'a mut [f32],
-    pos: &'a mut [f32],
-    neg: &'a mut [f32],
+    plan: &'a [(u32, u32)],
+    groups: &'a [(u32, u32)],
+    u_rows: &'a mut [f32],
+    dots: &'a mut [f32],
 }
 
-/// The dot products of a validated batch. Multiversioned: the kernels inline
-/// into a clone compiled for the best SIMD the CPU has, chosen at run time
-/// (the `Avx` kernels where the clone has AVX, see `colonnade_common::kernels`).
+/// The dot products of a validated batch, into `dots` in request order, one
+/// visit per distinct output row. Multiversioned: the kernels inline into a
+/// clone compiled for the best SIMD the CPU has, chosen at run time (the
+/// `Avx` kernels where the clone has AVX, see `colonnade_common::kernels`).
 #[multiversion(targets("x86_64+avx2+fma", "x86_64+avx", "aarch64+neon"))]
 fn dotprod_loop<'a>(work: DotprodWork<'a>) {
     match_target! {
@@ -510,92 +590,67 @@ fn dotprod_body<K: Simd>(k: K, work: DotprodWork<'_>) {
         u,
         v,
         inputs,
-        context_counts,
-        targets,
-        u_row,
-        pos,
-        neg,
+        plan,
+        groups,
+        u_rows,
+        dots,
     } = work;
-    let n = neg.len().checked_div(pos.len()).unwrap_or(0);
-    let (mut pair, mut t) = (0usize, 0usize);
-    for (i, (&w_in, &count)) in inputs.iter().zip(context_counts).enumerate() {
-        if let Some(&next) = inputs.get(i + 1) {
-            u.prefetch_row(next as usize);
+    let cols = u.cols();
+    read_input_rows(u, inputs, u_rows);
+    let u_rows = &*u_rows;
+    let mut start = 0usize;
+    for (g, &(x, end)) in groups.iter().enumerate() {
+        if let Some(&(ahead, _)) = groups.get(g + PREFETCH_AHEAD) {
+            v.prefetch_row(ahead as usize);
         }
-        u.read_row(w_in as usize, u_row);
-        for _ in 0..count {
-            for j in 0..=n {
-                if let Some(&ahead) = targets.get(t + PREFETCH_AHEAD) {
-                    v.prefetch_row(ahead as usize);
-                }
-                let f = v.with_row(targets[t] as usize, |row| k.dot(u_row, row));
-                if j == 0 {
-                    pos[pair] = f;
-                } else {
-                    neg[pair * n + j - 1] = f;
-                }
-                t += 1;
+        let end = end as usize;
+        v.with_row(x as usize, |row| {
+            for &(t, p) in &plan[start..end] {
+                let p = p as usize;
+                dots[t as usize] = k.dot(&u_rows[p * cols..(p + 1) * cols], row);
             }
-            pair += 1;
-        }
+        });
+        start = end;
     }
 }
 
-/// The updates of a validated batch (see [`Model::adjust`]). Multiversioned
-/// like [`dotprod_loop`].
+/// The updates of a validated batch (see [`Model::adjust`]); `weights` per
+/// dot product in request order. Multiversioned like [`dotprod_loop`].
 #[allow(clippy::too_many_arguments)]
 #[multiversion(targets("x86_64+avx2+fma", "x86_64+avx", "aarch64+neon"))]
 fn adjust_loop(
     u: &HogwildMatrix,
     v: &HogwildMatrix,
     inputs: &[u32],
-    context_counts: &[u32],
-    targets: &[u32],
-    pos_weights: &[f32],
-    neg_weights: &[f32],
-    u_row: &mut [f32],
+    plan: &[(u32, u32)],
+    groups: &[(u32, u32)],
+    weights: &[f32],
+    u_rows: &mut [f32],
     u_delta: &mut [f32],
+    v_delta: &mut [f32],
 ) {
-    let cols = u_row.len();
-    let n = neg_weights
-        .len()
-        .checked_div(pos_weights.len())
-        .unwrap_or(0);
     let k = Portable; // adjust only needs axpy, which LLVM vectorizes fully
-                      // Pass 1 adds G·v(x) to Δu, reading v only; pass 2 adds G·u(w_I) to
-                      // v(x), u being untouched until the end: every vector is read at its
-                      // start-of-call value.
-    for update_v in [false, true] {
-        let (mut pair, mut t) = (0usize, 0usize);
-        for ((&w_in, &count), delta) in inputs
-            .iter()
-            .zip(context_counts)
-            .zip(u_delta.chunks_exact_mut(cols))
-        {
-            if update_v {
-                u.read_row(w_in as usize, u_row);
-            }
-            for _ in 0..count {
-                for j in 0..=n {
-                    if let Some(&ahead) = targets.get(t + PREFETCH_AHEAD) {
-                        v.prefetch_row(ahead as usize);
-                    }
-                    let g = if j == 0 {
-                        pos_weights[pair]
-                    } else {
-                        neg_weights[pair * n + j - 1]
-                    };
-                    let x = targets[t] as usize;
-                    if update_v {
-                        v.with_row_mut(x, |row| k.axpy(g, u_row, row));
-                    } else {
-                        v.with_row(x, |row| k.axpy(g, row, delta));
-                    }
-                    t += 1;
-                }
-                pair += 1;
-            }
+    let cols = u.cols();
+    read_input_rows(u, inputs, u_rows);
+    let u_rows = &*u_rows;
+    let mut start = 0usize;
+    for (g, &(x, end)) in groups.iter().enumerate() {
+        if let Some(&(ahead, _)) = groups.get(g + PREFETCH_AHEAD) {
+            v.prefetch_row(ahead as usize);
         }
+        let end = end as usize;
+        v.with_row_mut(x as usize, |row| {
+            v_delta.fill(0.0);
+            for &(t, p) in &plan[start..end] {
+                let (g, p) = (weights[t as usize], p as usize);
+                k.axpy(g, row, &mut u_delta[p * cols..(p + 1) * cols]);
+                k.axpy(g, &u_rows[p * cols..(p + 1) * cols], v_delta);
+            }
+            for (c, d) in row.iter_mut().zip(&*v_delta) {
+                *c += d;
+            }
+        });
+        start = end;
     }
     for (&w_in, delta) in inputs.iter().zip(u_delta.chunks_exact(cols)) {
         u.add_row(w_in as usize, delta);
