@@ -53,9 +53,10 @@ impl ShardSpec {
         (self.col_end - self.col_start) as usize
     }
 
-    /// Bytes of the two matrices this spec needs on this shard.
+    /// Bytes of the two matrices this spec needs on this shard: per row its
+    /// cells and its 4-byte lock slot (see `hogwild`).
     pub fn matrix_bytes(&self) -> u64 {
-        2 * self.model.vocab_size * self.cols() as u64 * 4
+        2 * self.model.vocab_size * (self.cols() as u64 * 4 + 4)
     }
 
     fn validate(&self) -> Result<(), ShardError> {
@@ -691,7 +692,7 @@ impl ShardCore {
         if let Some(limit) = self.max_model_bytes {
             if spec.matrix_bytes() > limit {
                 return Err(ShardError::ResourceExhausted(format!(
-                    "model needs {} bytes for {} words × {} columns × 2 matrices, over this shard's limit of {limit}",
+                    "model needs {} bytes for {} words × ({} columns + a row lock) × 2 matrices, over this shard's limit of {limit}",
                     spec.matrix_bytes(),
                     spec.model.vocab_size,
                     spec.cols()
