@@ -11,6 +11,12 @@
 //! distributed run must match it to float tolerance: 1 shard through the tonic
 //! service, 3 shards over gRPC, and 2 shards called in process (what
 //! `--embedded-shards` trains with).
+//!
+//! The row step cap (a row in more than `cap` dot products of one minibatch,
+//! cap = max(ROW_STEP_CAP, the widest input position's dot products), has
+//! its summed update scaled by `cap / k`) is a design rule both sides share;
+//! the reference counts the occurrences itself, and one test runs a
+//! head-heavy vocabulary where the cap bites.
 
 mod common;
 
@@ -20,7 +26,7 @@ use colonnade_common::init::init_input_row;
 use colonnade_common::sampler::AliasSampler;
 use colonnade_common::seeds::{derive, Purpose};
 use colonnade_common::vocab::Vocab;
-use colonnade_ps_shard::core::Matrix;
+use colonnade_ps_shard::core::{Matrix, ROW_STEP_CAP};
 use colonnade_ps_shard::{ShardCore, SpawnedShard};
 use common::{assemble, max_abs_diff, params, run, run_in_process, sample_corpus, vocab_of, DIM};
 use rand::{RngCore, SeedableRng};
@@ -32,6 +38,18 @@ use std::time::Duration;
 struct Reference {
     u: Vec<f32>,
     v: Vec<f32>,
+    /// Row updates that the step cap scaled down, over the whole run.
+    capped: u64,
+}
+
+/// The factor of a row's summed update when it took part in `k` dot products
+/// of a minibatch whose steps per row are capped at `cap`.
+fn cap_scale(k: usize, cap: Option<usize>) -> f32 {
+    if let Some(cap) = cap.filter(|&c| k > c) {
+        (cap as f64 / k as f64) as f32
+    } else {
+        1.0
+    }
 }
 
 fn sigmoid(x: f64) -> f64 {
@@ -50,12 +68,14 @@ fn reference_train(
     vocab: &Vocab,
     corpus: &Path,
     p: &colonnade_client::train::TrainParams,
+    cap: bool,
 ) -> Reference {
     let d = DIM as usize;
     let n_words = vocab.len();
     let mut model = Reference {
         u: vec![0.0f32; n_words * d],
         v: vec![0.0f32; n_words * d],
+        capped: 0,
     };
     for w in 0..n_words {
         init_input_row(p.seed, DIM, w as u64, 0, &mut model.u[w * d..(w + 1) * d]);
@@ -122,6 +142,7 @@ fn reference_train(
                     alpha(words_done),
                     &sampler,
                     p.negative as usize,
+                    cap,
                 );
             }
         }
@@ -133,6 +154,7 @@ fn reference_train(
             alpha(words_done),
             &sampler,
             p.negative as usize,
+            cap,
         );
     }
     model
@@ -146,12 +168,19 @@ fn sgd_step(
     alpha: f32,
     sampler: &AliasSampler,
     negative: usize,
+    cap: bool,
 ) {
     let d = DIM as usize;
     let (u, v) = (&mut model.u, &mut model.v);
     let mut neg_rng = ChaCha8Rng::seed_from_u64(batch.seed);
     let mut du = vec![0.0f32; u.len()];
     let mut dv = vec![0.0f32; v.len()];
+    // How many dot products each input and each output row takes part in.
+    let mut k_u = vec![0usize; u.len() / d];
+    let mut k_v = vec![0usize; v.len() / d];
+    // At least ROW_STEP_CAP, and the dot products of the widest input position.
+    let widest = batch.items.iter().map(|(_, o)| o.len()).max().unwrap_or(0);
+    let cap = cap.then_some((widest * (negative + 1)).max(ROW_STEP_CAP as usize));
     for (w_in, outputs) in &batch.items {
         let w_in = *w_in as usize;
         for &w_out in outputs {
@@ -160,6 +189,8 @@ fn sgd_step(
             let targets = std::iter::once((w_out as usize, 1.0))
                 .chain(negs.iter().map(|&x| (x as usize, 0.0)));
             for (x, label) in targets {
+                k_u[w_in] += 1;
+                k_v[x] += 1;
                 let f: f64 = (0..d)
                     .map(|c| f64::from(u[w_in * d + c]) * f64::from(v[x * d + c]))
                     .sum();
@@ -171,12 +202,23 @@ fn sgd_step(
             }
         }
     }
-    for (a, b) in u.iter_mut().zip(&du) {
-        *a += b;
+    for (row, (a, b)) in u.chunks_exact_mut(d).zip(du.chunks_exact(d)).enumerate() {
+        let s = cap_scale(k_u[row], cap);
+        for (a, b) in a.iter_mut().zip(b) {
+            *a += s * b;
+        }
     }
-    for (a, b) in v.iter_mut().zip(&dv) {
-        *a += b;
+    for (row, (a, b)) in v.chunks_exact_mut(d).zip(dv.chunks_exact(d)).enumerate() {
+        let s = cap_scale(k_v[row], cap);
+        for (a, b) in a.iter_mut().zip(b) {
+            *a += s * b;
+        }
     }
+    model.capped += k_u
+        .iter()
+        .chain(&k_v)
+        .filter(|&&k| cap.is_some_and(|c| k > c))
+        .count() as u64;
 }
 
 fn norm_scale(x: &[f32]) -> f32 {
@@ -189,7 +231,7 @@ async fn distributed_matches_reference_for_one_and_three_shards() {
     let corpus = sample_corpus(dir.path(), 20_000);
     let vocab = Arc::new(vocab_of(&corpus, 3));
     let p = params(11);
-    let reference = reference_train(&vocab, &corpus, &p);
+    let reference = reference_train(&vocab, &corpus, &p, true);
     let v = vocab.len() as u64;
 
     // One shard, in process.
@@ -270,6 +312,58 @@ async fn distributed_matches_reference_for_one_and_three_shards() {
     assert!(diff <= tol, "1 vs 3 shards differ by {diff}");
     for s in spawned {
         s.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn distributed_matches_reference_where_the_row_step_cap_bites() {
+    // A head-heavy vocabulary (the ~20 most frequent words) and larger
+    // minibatches: frequent rows take part in more than ROW_STEP_CAP dot
+    // products per minibatch, so the cap scales their updates.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let corpus = sample_corpus(dir.path(), 20_000);
+    let vocab = Arc::new(vocab_of(&corpus, 150));
+    assert!(vocab.len() < 40, "{} words", vocab.len());
+    let mut p = params(5);
+    p.minibatch = 64;
+    let reference = reference_train(&vocab, &corpus, &p, true);
+    assert!(
+        reference.capped > 100,
+        "the cap scaled only {} row updates",
+        reference.capped
+    );
+    let uncapped = reference_train(&vocab, &corpus, &p, false);
+    let v = vocab.len() as u64;
+
+    let core1 = Arc::new(ShardCore::new(None));
+    let (fp, _) = run(
+        vec![LocalShard::new("local-0", Arc::clone(&core1), 1)],
+        &vocab,
+        &corpus,
+        &p,
+    )
+    .await;
+    let (_, cores2, _) = run_in_process(2, &vocab, &corpus, &p).await;
+    let scale = norm_scale(&reference.u).max(norm_scale(&reference.v));
+    let tol = 1e-4 * scale.max(1e-3);
+    for (name, cores) in [("1 shard", vec![core1]), ("2 shards in process", cores2)] {
+        let got_u = assemble(&cores, fp, Matrix::Input, v);
+        let got_v = assemble(&cores, fp, Matrix::Output, v);
+        for (m, got, want, without) in [
+            ("u", &got_u, &reference.u, &uncapped.u),
+            ("v", &got_v, &reference.v, &uncapped.v),
+        ] {
+            let diff = max_abs_diff(got, want);
+            assert!(
+                diff <= tol,
+                "{name} {m}: max |distributed − reference| = {diff} > {tol}"
+            );
+            let off = max_abs_diff(got, without);
+            assert!(
+                off > 100.0 * tol,
+                "{name} {m}: the uncapped reference is as close ({off}): the cap was not exercised"
+            );
+        }
     }
 }
 

@@ -25,6 +25,25 @@ const PREFETCH_AHEAD: usize = 8;
 /// Largest number of negatives per pair a shard accepts.
 pub const MAX_NEGATIVE: u32 = 1024;
 
+/// The least number of deferred gradient steps a row may take from one
+/// minibatch before they are scaled down (see [`row_step_cap`]).
+pub const ROW_STEP_CAP: u64 = 64;
+
+/// How many deferred gradient steps one row may take from a minibatch: the
+/// dot products of its largest input position (`negative + 1` per context
+/// word, so 2·window·(negative + 1) in practice: one full window, as
+/// word2vec itself defers), and at least [`ROW_STEP_CAP`]. A row that takes
+/// part in k dot products of a minibatch receives the sum of k steps all
+/// computed from the vectors as they were at the minibatch's start; above
+/// the cap, that sum is scaled by `cap / k` (the mean step, taken `cap`
+/// times). Without it, head-heavy vocabularies (a few hundred words, a hub
+/// node) diverge: their frequent rows take hundreds of stale steps per
+/// minibatch (docs/design.md, "Row step cap").
+pub fn row_step_cap(context_counts: &[u32], negative: u32) -> u64 {
+    let widest = context_counts.iter().copied().max().unwrap_or(0);
+    (u64::from(widest) * (u64::from(negative) + 1)).max(ROW_STEP_CAP)
+}
+
 /// Errors a shard reports; the service maps each variant to one gRPC code.
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum ShardError {
@@ -147,6 +166,10 @@ pub struct Scratch {
     u_delta: Vec<f32>,
     /// One output row's accumulated Δv.
     v_delta: Vec<f32>,
+    /// Input positions sorted by word: word << 32 | position.
+    input_keys: Vec<u64>,
+    /// Per input position: the scale of its Δu (see [`ROW_STEP_CAP`]).
+    input_scale: Vec<f32>,
     /// Per dot product, in request order: its value (dotprod) or weight (adjust).
     dots: Vec<f32>,
     targets: Targets,
@@ -373,9 +396,9 @@ impl Model {
     /// the start of the call (paper 5.1). One visit per distinct output row
     /// x (the targets are grouped by row): for each of its dot products, Δu of
     /// the input position += G·v(x) and Δv(x) += G·u(w_I); then v(x) +=
-    /// Δv(x); u is read first and updated after all rows. (Updating v(x) as
-    /// each dot product goes, so that later pairs read it updated, cost 1.7
-    /// analogy points on part01: docs/benchmarks.md.)
+    /// s·Δv(x); u is read first and updated after all rows, u(w) += s·Δu. The
+    /// scale s is [`row_step_scale`] of the row's dot-product count in this
+    /// batch: 1 unless the row takes more stale steps than [`row_step_cap`].
     pub fn adjust(
         &self,
         b: &Batch<'_>,
@@ -464,13 +487,26 @@ impl Model {
             s.dots.push(g_pos);
             s.dots.extend_from_slice(&g_neg[..n]);
         }
-        adjust_loop(
-            &self.u,
-            &self.v,
+        let cap = row_step_cap(b.context_counts, self.spec.model.negative);
+        input_step_scales(
             b.inputs,
-            &targets.plan,
-            &targets.groups,
-            &s.dots,
+            b.context_counts,
+            n as u64 + 1,
+            cap,
+            &mut s.input_keys,
+            &mut s.input_scale,
+        );
+        adjust_loop(
+            AdjustWork {
+                u: &self.u,
+                v: &self.v,
+                inputs: b.inputs,
+                input_scale: &s.input_scale,
+                plan: &targets.plan,
+                groups: &targets.groups,
+                weights: &s.dots,
+                cap,
+            },
             &mut s.u_rows,
             &mut s.u_delta,
             &mut s.v_delta,
@@ -615,21 +651,86 @@ fn dotprod_body<K: Simd>(k: K, work: DotprodWork<'_>) {
     }
 }
 
-/// The updates of a validated batch (see [`Model::adjust`]); `weights` per
-/// dot product in request order. Multiversioned like [`dotprod_loop`].
-#[allow(clippy::too_many_arguments)]
-#[multiversion(targets("x86_64+avx2+fma", "x86_64+avx", "aarch64+neon"))]
-fn adjust_loop(
-    u: &HogwildMatrix,
-    v: &HogwildMatrix,
+/// The scale of a row's summed update when it takes part in `k` dot products
+/// of one minibatch: 1 up to `cap` (see [`row_step_cap`]), then `cap / k`.
+#[inline]
+pub fn row_step_scale(k: u64, cap: u64) -> f32 {
+    if k > cap {
+        (cap as f64 / k as f64) as f32
+    } else {
+        1.0
+    }
+}
+
+/// Per input position, the scale of its Δu: an input word's dot products are
+/// counted over all its positions in the batch (`context_counts[p]` pairs of
+/// `per_pair` dot products each), so a word at many positions is capped as
+/// one row. `keys` is scratch.
+fn input_step_scales(
     inputs: &[u32],
-    plan: &[(u32, u32)],
-    groups: &[(u32, u32)],
-    weights: &[f32],
-    u_rows: &mut [f32],
-    u_delta: &mut [f32],
-    v_delta: &mut [f32],
+    context_counts: &[u32],
+    per_pair: u64,
+    cap: u64,
+    keys: &mut Vec<u64>,
+    scale: &mut Vec<f32>,
 ) {
+    keys.clear();
+    keys.extend(
+        inputs
+            .iter()
+            .enumerate()
+            .map(|(p, &w)| (u64::from(w) << 32) | p as u64),
+    );
+    keys.sort_unstable();
+    scale.clear();
+    scale.resize(inputs.len(), 1.0);
+    for run in keys.chunk_by(|a, b| a >> 32 == b >> 32) {
+        let pairs: u64 = run
+            .iter()
+            .map(|&key| u64::from(context_counts[key as u32 as usize]))
+            .sum();
+        let s = row_step_scale(pairs * per_pair, cap);
+        for &key in run {
+            scale[key as u32 as usize] = s;
+        }
+    }
+}
+
+/// What [`adjust_loop`] reads: a validated batch's rows, grouped targets and
+/// weights (per dot product, in request order).
+struct AdjustWork<'a> {
+    u: &'a HogwildMatrix,
+    v: &'a HogwildMatrix,
+    inputs: &'a [u32],
+    /// Per input position: the scale of its Δu.
+    input_scale: &'a [f32],
+    plan: &'a [(u32, u32)],
+    groups: &'a [(u32, u32)],
+    weights: &'a [f32],
+    /// See [`row_step_cap`].
+    cap: u64,
+}
+
+/// The updates of a validated batch (see [`Model::adjust`]). Each output
+/// row's Δv and each input word's Δu is scaled by [`row_step_scale`] of its
+/// dot-product count. Multiversioned like [`dotprod_loop`].
+#[multiversion(targets("x86_64+avx2+fma", "x86_64+avx", "aarch64+neon"))]
+fn adjust_loop<'a>(
+    work: AdjustWork<'a>,
+    u_rows: &'a mut [f32],
+    u_delta: &'a mut [f32],
+    v_delta: &'a mut [f32],
+) {
+    let AdjustWork {
+        u,
+        v,
+        inputs,
+        input_scale,
+        plan,
+        groups,
+        weights,
+        cap,
+    } = work;
     let k = Portable; // adjust only needs axpy, which LLVM vectorizes fully
     let cols = u.cols();
     read_input_rows(u, inputs, u_rows);
@@ -640,6 +741,7 @@ fn adjust_loop(
             v.prefetch_row(ahead as usize);
         }
         let end = end as usize;
+        let scale = row_step_scale((end - start) as u64, cap);
         v.with_row_mut(x as usize, |row| {
             v_delta.fill(0.0);
             for &(t, p) in &plan[start..end] {
@@ -647,13 +749,19 @@ fn adjust_loop(
                 k.axpy(g, row, &mut u_delta[p * cols..(p + 1) * cols]);
                 k.axpy(g, &u_rows[p * cols..(p + 1) * cols], v_delta);
             }
-            for (c, d) in row.iter_mut().zip(&*v_delta) {
-                *c += d;
-            }
+            // scale · Δv, exact when the scale is 1
+            k.axpy(scale, &*v_delta, row);
         });
         start = end;
     }
-    for (&w_in, delta) in inputs.iter().zip(u_delta.chunks_exact(cols)) {
+    for ((&w_in, delta), &scale) in inputs
+        .iter()
+        .zip(u_delta.chunks_exact_mut(cols))
+        .zip(input_scale)
+    {
+        if scale != 1.0 {
+            delta.iter_mut().for_each(|d| *d *= scale);
+        }
         u.add_row(w_in as usize, delta);
     }
 }
