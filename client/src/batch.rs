@@ -17,7 +17,7 @@ use colonnade_common::seeds::{self, derive, Purpose};
 use rand::RngCore;
 use std::sync::Arc;
 
-/// One minibatch in wire layout.
+/// One minibatch in wire layout, and where it starts in the corpus.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct MiniBatch {
     pub inputs: Vec<u32>,
@@ -25,11 +25,27 @@ pub struct MiniBatch {
     pub outputs: Vec<u32>,
     /// Seed of the negative-sample stream.
     pub seed: u64,
+    /// The epoch (from 0), the sentence (index in the epoch, among all
+    /// workers' sentences) and the kept position in it of the first input.
+    pub epoch: u64,
+    pub sentence: u64,
+    pub position: u64,
 }
 
 impl MiniBatch {
     pub fn pairs(&self) -> usize {
         self.outputs.len()
+    }
+
+    /// Names this minibatch for messages: its epoch (counted from 1) and
+    /// where in that epoch's sentences it starts.
+    pub fn origin(&self) -> String {
+        format!(
+            "epoch {}, the minibatch starting at sentence {} (kept word {})",
+            self.epoch + 1,
+            self.sentence,
+            self.position
+        )
     }
 }
 
@@ -96,6 +112,7 @@ impl BatchFormer {
             let current = &mut self.current;
             if current.inputs.is_empty() {
                 current.seed = derive(sentence_seed, Purpose::Minibatch, j as u64, 0);
+                (current.epoch, current.sentence, current.position) = (epoch, sentence, j as u64);
             }
             let before = current.outputs.len();
             current
@@ -161,6 +178,8 @@ mod tests {
         f.flush(&mut out);
         assert_eq!(out.len(), 2);
         assert_eq!(out[0].inputs, [1, 2, 3, 4]);
+        assert_eq!((out[0].sentence, out[0].position), (0, 0));
+        assert_eq!((out[1].sentence, out[1].position), (2, 1));
         // word 3 ends sentence 0: its only context is 2, never 4 of the next sentence.
         assert_eq!(out[0].outputs, [2, 1, 3, 2, 5]);
         assert_eq!(out[1].inputs, [5, 6]);

@@ -2,13 +2,15 @@
 //! word2vec's names; every flag can also be set by a `COLONNADE_*` environment
 //! variable (compose and Kubernetes set env most easily).
 
-use crate::shards::{create_model, model_spec, EmbeddedCluster, GrpcShard};
+use crate::preflight::{available_memory, check_corpus, human_bytes, shard_bytes};
+use crate::shards::{connect_all, create_model, model_spec, EmbeddedCluster};
 use crate::train::{report, train, train_in_process, Progress, TrainParams, TrainSummary};
 use anyhow::{bail, Context};
 use clap::{Args, Parser, Subcommand};
-use colonnade_common::corpus::DEFAULT_MAX_SENTENCE;
+use colonnade_common::corpus::{InvalidUtf8, DEFAULT_MAX_SENTENCE};
 use colonnade_common::vocab::{Counter, Vocab};
 use colonnade_exporter::cli::{ExportArgs, OutputArgs};
+use colonnade_exporter::outputs::{check_outputs, FlagPath};
 use colonnade_exporter::{export, ShardHandle};
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -40,11 +42,14 @@ pub enum Command {
     Eval(crate::eval::EvalArgs),
     /// Nearest neighbours of words by cosine over the whole vocabulary.
     Similar(crate::similar::SimilarArgs),
+    /// List the models running shards hold, or drop one.
+    Models(crate::models::ModelsArgs),
 }
 
 #[derive(Args, Debug)]
 pub struct VocabArgs {
-    /// Corpus files: whitespace-separated tokens, plain, .gz or .xz.
+    /// Corpus files: whitespace-separated UTF-8 tokens, plain or compressed
+    /// with gzip, xz, zstd or bzip2 (detected from the content).
     #[arg(long, env = "COLONNADE_CORPUS", value_delimiter = ',', num_args = 1.., required = true)]
     pub corpus: Vec<PathBuf>,
     /// Discard words seen fewer times.
@@ -56,11 +61,40 @@ pub struct VocabArgs {
     /// Vocabulary file to write (word<TAB>count).
     #[arg(long, env = "COLONNADE_VOCAB_OUTPUT")]
     pub output: PathBuf,
+    /// What to do with a sentence holding invalid UTF-8: skip it or abort.
+    #[arg(long, env = "COLONNADE_INVALID_UTF8", value_enum, default_value_t = InvalidUtf8Arg::Skip, long_help = INVALID_UTF8_HELP)]
+    pub invalid_utf8: InvalidUtf8Arg,
+}
+
+const INVALID_UTF8_HELP: &str = "What to do with a sentence (a line, or a 10,000-token \
+piece of a longer line) that holds invalid UTF-8. `skip` (the default) leaves the sentence \
+out of the vocabulary count and of training alike, logs the first few with file, line and \
+byte offset, and reports how many were skipped at the end (and in train's --summary as \
+`invalid_utf8_sentences_skipped`). `abort` stops at the first one with that error. Skip is \
+the default because one bad byte in a large corpus (a truncated download, a stray Latin-1 \
+line) should cost that sentence, not a run that has trained for hours; choose abort to \
+insist on a clean corpus. Give `vocab` and `train` the same policy.";
+
+/// `--invalid-utf8`: [`InvalidUtf8`] as a command-line value.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InvalidUtf8Arg {
+    Skip,
+    Abort,
+}
+
+impl From<InvalidUtf8Arg> for InvalidUtf8 {
+    fn from(a: InvalidUtf8Arg) -> Self {
+        match a {
+            InvalidUtf8Arg::Skip => Self::Skip,
+            InvalidUtf8Arg::Abort => Self::Abort,
+        }
+    }
 }
 
 #[derive(Args, Debug)]
 pub struct TrainArgs {
-    /// Corpus files: whitespace-separated tokens, plain, .gz or .xz.
+    /// Corpus files: whitespace-separated UTF-8 tokens, plain or compressed
+    /// with gzip, xz, zstd or bzip2 (detected from the content).
     #[arg(long, env = "COLONNADE_CORPUS", value_delimiter = ',', num_args = 1.., required = true)]
     pub corpus: Vec<PathBuf>,
     /// Run this many shards inside this process. Training calls them
@@ -105,7 +139,9 @@ pub struct TrainArgs {
     /// Training epochs.
     #[arg(long, env = "COLONNADE_ITER", default_value_t = 5)]
     pub iter: u32,
-    /// Client threads (minibatch pipelines); default: available cores.
+    /// Training threads of this process (word2vec's -threads, gensim's
+    /// `workers`): minibatch pipelines, and the compute threads of embedded
+    /// shards. Default: available cores.
     #[arg(long, env = "COLONNADE_THREADS")]
     pub threads: Option<usize>,
     /// Minibatches each thread keeps in flight (shards reached over gRPC).
@@ -120,18 +156,30 @@ pub struct TrainArgs {
     /// Exponent of the unigram distribution for negatives.
     #[arg(long, env = "COLONNADE_SAMPLING_POWER", default_value_t = 0.75)]
     pub sampling_power: f32,
-    /// This worker's index among --num-workers (each trains its own part of the corpus).
+    /// This process's index among the --num-workers client processes
+    /// (0, 1, ..., --num-workers minus 1): it trains the sentences whose
+    /// index modulo --num-workers equals it.
     #[arg(long, env = "COLONNADE_WORKER_INDEX", default_value_t = 0)]
     pub worker_index: u64,
-    /// Number of client workers sharing the corpus.
+    /// Number of separate `colonnade train` processes (M) training one model
+    /// on running --shards together, each given its own --worker-index and
+    /// the same --vocab; each trains 1/M of the corpus. Not gensim's
+    /// `workers` (that is --threads).
     #[arg(long, env = "COLONNADE_NUM_WORKERS", default_value_t = 1)]
     pub num_workers: u64,
+    /// Not a Colonnade flag: refused with a message pointing to --threads
+    /// (gensim's `workers`) and --num-workers.
+    #[arg(long, hide = true, num_args = 0..=1, default_missing_value = "", allow_hyphen_values = true)]
+    pub workers: Option<String>,
     /// How long to keep retrying unreachable shards.
     #[arg(long, env = "COLONNADE_CONNECT_TIMEOUT_SECS", default_value_t = 60)]
     pub connect_timeout_secs: u64,
     /// Write a JSON summary of the run here.
     #[arg(long, env = "COLONNADE_SUMMARY")]
     pub summary: Option<PathBuf>,
+    /// What to do with a sentence holding invalid UTF-8: skip it or abort.
+    #[arg(long, env = "COLONNADE_INVALID_UTF8", value_enum, default_value_t = InvalidUtf8Arg::Skip, long_help = INVALID_UTF8_HELP)]
+    pub invalid_utf8: InvalidUtf8Arg,
     #[command(flatten)]
     pub out: OutputArgs,
 }
@@ -142,7 +190,18 @@ fn available_threads() -> usize {
 
 pub fn run_vocab(args: &VocabArgs) -> anyhow::Result<()> {
     let start = Instant::now();
-    let (vocab, _) = count_vocab(&args.corpus, args.min_count, args.max_vocab)?;
+    let inputs: Vec<_> = args
+        .corpus
+        .iter()
+        .map(|p| FlagPath::new("--corpus", p))
+        .collect();
+    check_outputs(&inputs, &[FlagPath::new("--output", &args.output)])?;
+    let (vocab, _) = count_vocab(
+        &args.corpus,
+        args.min_count,
+        args.max_vocab,
+        args.invalid_utf8.into(),
+    )?;
     vocab.save(&args.output)?;
     tracing::info!(
         words = vocab.len(),
@@ -159,10 +218,18 @@ fn count_vocab(
     corpus: &[PathBuf],
     min_count: u64,
     max_vocab: Option<usize>,
+    invalid_utf8: InvalidUtf8,
 ) -> anyhow::Result<(Vocab, u64)> {
-    let mut counter = Counter::default();
+    let mut counter = Counter::new(invalid_utf8);
     counter.count_files(corpus)?;
     let (tokens, distinct) = (counter.tokens, counter.distinct());
+    let skipped = counter.skipped_sentences;
+    if skipped > 0 {
+        tracing::warn!(
+            "skipped {skipped} sentence(s) holding invalid UTF-8 while counting the corpus: \
+             their words are not counted (or trained); --invalid-utf8 abort stops at the first instead"
+        );
+    }
     let vocab = counter.into_vocab(min_count, max_vocab)?;
     if vocab.len() < 2 {
         bail!(
@@ -175,45 +242,42 @@ fn count_vocab(
         distinct,
         kept = vocab.len(),
         min_count,
+        invalid_utf8_sentences_skipped = skipped,
         "corpus counted"
     );
     Ok((vocab, tokens))
 }
 
 pub async fn run_train(args: TrainArgs) -> anyhow::Result<TrainSummary> {
+    // Everything that can be checked without reading the corpus is checked
+    // first: flags, corpus files, outputs, then the running shards.
     validate(&args)?;
-    for path in &args.corpus {
-        std::fs::metadata(path).with_context(|| format!("corpus file {}", path.display()))?;
-    }
-    // Corpus tokens per epoch, for the progress display: counted when we
-    // count; else the vocabulary's total (in-vocabulary words only).
-    let (vocab, tokens_per_epoch) = match &args.vocab {
-        Some(path) => {
-            let vocab = Vocab::load(path)?;
-            let total = vocab.total_count();
-            (vocab, total)
+    check_corpus(&args.corpus, args.vocab.is_some(), args.iter)?;
+    check_train_outputs(&args)?;
+    let timeout = Duration::from_secs(args.connect_timeout_secs);
+    let remote = if args.embedded_shards.is_none() {
+        connect_all(&args.shards, timeout).await?
+    } else {
+        Vec::new()
+    };
+    let vocab = match &args.vocab {
+        Some(path) => Vocab::load(path)?,
+        None => {
+            tokio::task::block_in_place(|| {
+                count_vocab(
+                    &args.corpus,
+                    args.min_count,
+                    args.max_vocab,
+                    args.invalid_utf8.into(),
+                )
+            })?
+            .0
         }
-        None => tokio::task::block_in_place(|| {
-            count_vocab(&args.corpus, args.min_count, args.max_vocab)
-        })?,
     };
     if let Some(path) = &args.save_vocab {
         vocab.save(path)?;
     }
     let vocab = Arc::new(vocab);
-    let threads = args.threads.unwrap_or_else(available_threads).max(1);
-    let embedded = match args.embedded_shards {
-        Some(n) => Some(EmbeddedCluster::start(n, threads).await?),
-        None => None,
-    };
-    let endpoints = embedded
-        .as_ref()
-        .map_or_else(|| args.shards.clone(), EmbeddedCluster::endpoints);
-    let timeout = Duration::from_secs(args.connect_timeout_secs);
-    let mut shards = Vec::with_capacity(endpoints.len());
-    for e in &endpoints {
-        shards.push(GrpcShard::connect(e, timeout).await?);
-    }
     let spec = model_spec(
         &vocab,
         args.size,
@@ -221,6 +285,21 @@ pub async fn run_train(args: TrainArgs) -> anyhow::Result<TrainSummary> {
         args.sampling_power,
         args.seed,
     );
+    let shard_count = args.embedded_shards.unwrap_or(remote.len());
+    check_memory(&spec, shard_count, args.embedded_shards.is_some())?;
+    let threads = args.threads.unwrap_or_else(available_threads).max(1);
+    let embedded = match args.embedded_shards {
+        Some(n) => Some(EmbeddedCluster::start(n, threads).await?),
+        None => None,
+    };
+    let (endpoints, shards) = match &embedded {
+        Some(cluster) => {
+            let endpoints = cluster.endpoints();
+            let shards = connect_all(&endpoints, timeout).await?;
+            (endpoints, shards)
+        }
+        None => (args.shards.clone(), remote),
+    };
     let fingerprint = create_model(&shards, &spec, &vocab).await?;
     tracing::info!(
         shards = shards.len(),
@@ -247,9 +326,12 @@ pub async fn run_train(args: TrainArgs) -> anyhow::Result<TrainSummary> {
         worker_index: args.worker_index,
         num_workers: args.num_workers,
         max_sentence: DEFAULT_MAX_SENTENCE,
+        invalid_utf8: args.invalid_utf8.into(),
     };
     let progress = Arc::new(Progress::default());
-    let expected = u64::from(args.iter) * tokens_per_epoch / args.num_workers;
+    // In-vocabulary words this worker reads over all epochs: what the
+    // progress display counts (out-of-vocabulary tokens are not in it).
+    let expected = u64::from(args.iter) * vocab.total_count() / args.num_workers;
     let reporter = tokio::spawn(report(
         Arc::clone(&progress),
         expected,
@@ -287,8 +369,9 @@ pub async fn run_train(args: TrainArgs) -> anyhow::Result<TrainSummary> {
     progress
         .done
         .store(true, std::sync::atomic::Ordering::Relaxed);
-    let _ = reporter.await;
-    let summary = result?;
+    let reached = reporter.await.ok();
+    let mut summary = result?;
+    summary.progress_reached = reached;
     tracing::info!(
         words = summary.tokens,
         seconds = format!("{:.1}", summary.seconds),
@@ -305,6 +388,12 @@ pub async fn run_train(args: TrainArgs) -> anyhow::Result<TrainSummary> {
         "trained {} words ({} epochs) in {:.1} s: {:.0} words/s",
         summary.tokens, args.iter, summary.seconds, summary.tokens_per_second
     );
+    if summary.invalid_utf8_sentences_skipped > 0 {
+        eprintln!(
+            "skipped {} sentence(s) holding invalid UTF-8 (--invalid-utf8 skip; the warnings above name the first)",
+            summary.invalid_utf8_sentences_skipped
+        );
+    }
     if args.out.any() {
         let start = Instant::now();
         let mut handles = Vec::with_capacity(endpoints.len());
@@ -350,6 +439,24 @@ pub async fn run_train(args: TrainArgs) -> anyhow::Result<TrainSummary> {
 }
 
 fn validate(args: &TrainArgs) -> anyhow::Result<()> {
+    if args.workers.is_some() {
+        bail!(
+            "--workers is not a Colonnade flag. Colonnade's equivalent of gensim's `workers` \
+             and word2vec's `-threads` is --threads N (training threads in this process); \
+             --num-workers M is the number of separate `colonnade train` processes that share \
+             one model's corpus on running --shards"
+        );
+    }
+    if args.embedded_shards.is_some() && args.num_workers > 1 {
+        bail!(
+            "--num-workers {} with --embedded-shards: embedded shards live and die in this \
+             process, so no other worker can join and this one would train only 1/{} of the \
+             corpus. For more training threads use --threads; for several worker processes \
+             start ps-shard processes and give --shards",
+            args.num_workers,
+            args.num_workers
+        );
+    }
     let shard_count = match (args.embedded_shards, args.shards.len()) {
         (Some(0), _) => bail!("--embedded-shards must be at least 1"),
         (Some(n), _) => n,
@@ -386,6 +493,74 @@ fn validate(args: &TrainArgs) -> anyhow::Result<()> {
             args.worker_index,
             args.num_workers
         );
+    }
+    Ok(())
+}
+
+/// The output checks of `colonnade train`: every file it will write (the
+/// export outputs, --save-vocab, --summary) against the corpus and --vocab
+/// and each other; and with embedded shards, that the model is written at all.
+fn check_train_outputs(args: &TrainArgs) -> anyhow::Result<()> {
+    if args.embedded_shards.is_some() && !args.out.any() {
+        bail!(
+            "--embedded-shards with no output: the model lives only in this process and would \
+             be thrown away when training ends. Give --output FILE.h5, --output-text FILE, \
+             --output-binary FILE or --output-tsv-vectors/--output-tsv-metadata"
+        );
+    }
+    let mut inputs: Vec<_> = args
+        .corpus
+        .iter()
+        .map(|p| FlagPath::new("--corpus", p))
+        .collect();
+    if let Some(v) = &args.vocab {
+        inputs.push(FlagPath::new("--vocab", v));
+    }
+    let mut outputs = args.out.paths();
+    if let Some(p) = &args.save_vocab {
+        outputs.push(FlagPath::new("--save-vocab", p));
+    }
+    if let Some(p) = &args.summary {
+        outputs.push(FlagPath::new("--summary", p));
+    }
+    check_outputs(&inputs, &outputs)
+}
+
+/// Logs the memory the model needs per shard and in total; with embedded
+/// shards, refuses a model larger than the memory this process can get,
+/// before anything is allocated.
+fn check_memory(
+    spec: &colonnade_common::model::ModelSpec,
+    shards: usize,
+    embedded: bool,
+) -> anyhow::Result<()> {
+    let per_shard = shard_bytes(spec, shards as u32);
+    let total = per_shard.iter().fold(0u64, |a, &b| a.saturating_add(b));
+    let largest = per_shard.iter().copied().max().unwrap_or(0);
+    tracing::info!(
+        words = spec.vocab_size,
+        dim = spec.dim,
+        shards,
+        per_shard = %human_bytes(largest),
+        total = %human_bytes(total),
+        "memory estimate: 2 matrices x words x (columns x 4 + 4 bytes) + 8 bytes x words per shard"
+    );
+    if !embedded {
+        return Ok(());
+    }
+    if let Some((available, source)) = available_memory() {
+        if total > available {
+            bail!(
+                "the model needs {} ({} words x {} dimensions over {shards} embedded shard(s)) \
+                 but this process can get only {} ({source}). Use a smaller --size, fewer \
+                 words (--max-vocab, a higher --min-count), or remote shards (--shards) on \
+                 machines with more memory",
+                human_bytes(total),
+                spec.vocab_size,
+                spec.dim,
+                human_bytes(available)
+            );
+        }
     }
     Ok(())
 }

@@ -17,7 +17,7 @@ pub struct HealthArgs {
     #[arg(long, env = "COLONNADE_HEALTH_TIMEOUT_SECS", default_value_t = 3)]
     pub timeout_secs: u64,
     /// Service name to check ("" is the whole server).
-    #[arg(long, default_value = "colonnade.v1.Shard")]
+    #[arg(long, env = "COLONNADE_SERVICE", default_value = "colonnade.v1.Shard")]
     pub service: String,
 }
 

@@ -1,18 +1,19 @@
+use anyhow::Context;
 use clap::Parser;
 use colonnade_client::cli::{run_train, run_vocab, Cli, Command};
 
-fn main() -> anyhow::Result<()> {
+fn main() -> std::process::ExitCode {
     colonnade_common::config::unset_empty_env();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    colonnade_common::config::init_logging();
     let cli = Cli::parse();
+    colonnade_common::config::exit_code(run(cli))
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
-        .build()?;
+        .build()
+        .context("cannot start the async runtime")?;
     runtime.block_on(async move {
         match cli.command {
             Command::Vocab(args) => tokio::task::block_in_place(|| run_vocab(&args)),
@@ -25,6 +26,7 @@ fn main() -> anyhow::Result<()> {
             Command::Similar(args) => {
                 tokio::task::block_in_place(|| colonnade_client::similar::run(&args))
             }
+            Command::Models(args) => colonnade_client::models::run(args).await,
         }
     })
 }

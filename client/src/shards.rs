@@ -73,6 +73,102 @@ impl GrpcShard {
     }
 }
 
+/// The innermost cause of an error (e.g. "Connection refused (os error 111)").
+fn root_cause(e: &dyn std::error::Error) -> String {
+    let mut cur = e;
+    while let Some(next) = cur.source() {
+        cur = next;
+    }
+    cur.to_string()
+}
+
+/// How often [`connect_all`] says which shards it is still waiting for.
+const WAITING_LOG_EVERY: Duration = Duration::from_secs(5);
+
+/// Connects to every endpoint at once (shards returned in `endpoints`' order),
+/// retrying until `timeout`; logs every few seconds the endpoints still
+/// unreachable, and fails at the timeout naming all of them.
+pub async fn connect_all(
+    endpoints: &[String],
+    timeout: Duration,
+) -> anyhow::Result<Vec<GrpcShard>> {
+    let start = Instant::now();
+    let deadline = start + timeout;
+    let mut pending: Vec<usize> = (0..endpoints.len()).collect();
+    let mut shards: Vec<Option<GrpcShard>> = vec![None; endpoints.len()];
+    let mut errors: Vec<Option<String>> = vec![None; endpoints.len()];
+    let mut last_log: Option<Instant> = None;
+    loop {
+        let attempts = futures::future::join_all(pending.iter().map(|&i| {
+            let e = &endpoints[i];
+            async move {
+                let limit = deadline
+                    .saturating_duration_since(Instant::now())
+                    .max(Duration::from_millis(100));
+                match tokio::time::timeout(limit, connect(e)).await {
+                    Ok(Ok(client)) => Ok(client),
+                    Ok(Err(err)) => Err(root_cause(&err)),
+                    Err(_) => Err("connection attempt timed out".to_string()),
+                }
+            }
+        }))
+        .await;
+        let mut still = Vec::new();
+        for (&i, res) in pending.iter().zip(attempts) {
+            match res {
+                Ok(client) => {
+                    shards[i] = Some(GrpcShard {
+                        endpoint: endpoints[i].clone(),
+                        client,
+                    });
+                }
+                Err(e) => {
+                    errors[i] = Some(e);
+                    still.push(i);
+                }
+            }
+        }
+        pending = still;
+        if pending.is_empty() {
+            return Ok(shards.into_iter().flatten().collect());
+        }
+        let names = || {
+            pending
+                .iter()
+                .map(|&i| endpoints[i].as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        if Instant::now() >= deadline {
+            let reasons = pending
+                .iter()
+                .map(|&i| {
+                    format!(
+                        "{} ({})",
+                        endpoints[i],
+                        errors[i].as_deref().unwrap_or("unreachable")
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join("; ");
+            bail!(
+                "shard(s) {} not reachable after {timeout:?} (--connect-timeout-secs): {reasons}",
+                names()
+            );
+        }
+        if last_log.is_none_or(|t| t.elapsed() >= WAITING_LOG_EVERY) {
+            last_log = Some(Instant::now());
+            tracing::info!(
+                waited_secs = start.elapsed().as_secs(),
+                timeout_secs = timeout.as_secs(),
+                "waiting for shard(s) {} to accept connections",
+                names()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
 impl ShardApi for GrpcShard {
     fn name(&self) -> &str {
         &self.endpoint

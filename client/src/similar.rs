@@ -3,7 +3,10 @@
 //! pass of blocked matrix products over all rows ([`crate::knn`]). A query
 //! word is looked up exactly, else case-insensitively (its most frequent
 //! variant); the query's own row is never its neighbour. Unknown words are
-//! reported, not fatal (unless every query is unknown).
+//! reported, not fatal (unless every query is unknown). By default each word
+//! gets its k nearest neighbours, however similar, as gensim's `most_similar`;
+//! `--min-cosine` drops the less similar ones, and a word left with none is
+//! reported on stderr.
 
 use crate::knn::{self, row_slice};
 use crate::vectors::{CaseFold, Embeddings};
@@ -24,16 +27,17 @@ pub struct SimilarArgs {
     #[arg(long, env = "COLONNADE_VECTORS")]
     pub vectors: PathBuf,
     /// Neighbours per word (at most).
-    #[arg(long, default_value_t = 30)]
+    #[arg(long, env = "COLONNADE_K", default_value_t = 30)]
     pub k: usize,
-    /// Only neighbours at least this similar.
-    #[arg(long, default_value_t = 0.65, allow_negative_numbers = true)]
-    pub min_cosine: f32,
+    /// Only neighbours at least this similar (default: no threshold, the k
+    /// nearest however similar, as gensim's most_similar).
+    #[arg(long, env = "COLONNADE_MIN_COSINE", allow_negative_numbers = true)]
+    pub min_cosine: Option<f32>,
     /// Query words, one per line (blank lines ignored); combined with any WORD arguments.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, env = "COLONNADE_QUERIES", value_name = "FILE")]
     pub queries: Option<PathBuf>,
     /// Print JSON instead of TSV (`word rank neighbour cosine`).
-    #[arg(long)]
+    #[arg(long, env = "COLONNADE_JSON")]
     pub json: bool,
     /// Query words.
     #[arg(value_name = "WORD")]
@@ -59,7 +63,8 @@ pub struct QueryResult {
 pub struct SimilarReport {
     pub vectors: PathBuf,
     pub k: usize,
-    pub min_cosine: f32,
+    /// None: no threshold.
+    pub min_cosine: Option<f32>,
     pub results: Vec<QueryResult>,
     pub unknown: Vec<String>,
 }
@@ -146,7 +151,12 @@ pub fn search(args: &SimilarArgs) -> anyhow::Result<SimilarReport> {
     }
     let known: Vec<u32> = resolved.iter().flatten().copied().collect();
     let start = Instant::now();
-    let found = neighbours(&emb, &known, args.k, args.min_cosine);
+    let found = neighbours(
+        &emb,
+        &known,
+        args.k,
+        args.min_cosine.unwrap_or(f32::NEG_INFINITY),
+    );
     tracing::info!(
         queries = known.len(),
         seconds = start.elapsed().as_secs_f64(),
@@ -198,6 +208,15 @@ pub fn run(args: &SimilarArgs) -> anyhow::Result<()> {
                 eprintln!("{}: not in the vocabulary; using {m}", q.word);
             }
             Some(_) => {}
+        }
+        if let (Some(min), Some(_), true) = (report.min_cosine, &q.matched, q.neighbours.is_empty())
+        {
+            if report.k > 0 {
+                eprintln!(
+                    "{}: no neighbour has cosine >= {min} (--min-cosine); lower it, or leave it out for the {} nearest",
+                    q.word, report.k
+                );
+            }
         }
     }
     let stdout = std::io::stdout();

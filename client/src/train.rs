@@ -13,7 +13,8 @@
 use crate::batch::{BatchFormer, MiniBatch};
 use crate::shards::ShardApi;
 use anyhow::{bail, Context};
-use colonnade_common::corpus::SentenceReader;
+use colonnade_common::corpus::{InvalidUtf8, SentenceReader, INVALID_UTF8_WARNINGS};
+use colonnade_common::kernels::dot;
 use colonnade_common::sgns::{
     keep_threshold, learning_rate, neg_log_sigmoid, negative_weight, positive_weight,
 };
@@ -43,6 +44,16 @@ pub struct TrainParams {
     pub worker_index: u64,
     pub num_workers: u64,
     pub max_sentence: usize,
+    /// What to do with a sentence holding invalid UTF-8 (as when counting).
+    #[serde(serialize_with = "serialize_display")]
+    pub invalid_utf8: InvalidUtf8,
+}
+
+fn serialize_display<T: std::fmt::Display, S: serde::Serializer>(
+    value: &T,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serializer.collect_str(value)
 }
 
 /// Counters shared by the training tasks and the progress reporter.
@@ -60,6 +71,8 @@ pub struct Progress {
     pub bytes_received: AtomicU64,
     /// Σ loss and pairs since the last report, and the last mean reported.
     recent: Mutex<(f64, u64, Option<f64>)>,
+    /// Per epoch: Σ loss and pairs of its sampled minibatches.
+    epoch_loss: Mutex<Vec<(f64, u64)>>,
     pub alpha_bits: AtomicU64,
     pub done: AtomicBool,
 }
@@ -70,8 +83,8 @@ impl Progress {
     }
 
     /// Counts one trained minibatch, with its loss and pair count if sampled.
-    fn record(&self, pairs: usize, sent: u64, received: u64, loss: Option<(f64, usize)>) {
-        self.pairs.fetch_add(pairs as u64, Relaxed);
+    fn record(&self, mb: &MiniBatch, sent: u64, received: u64, loss: Option<(f64, usize)>) {
+        self.pairs.fetch_add(mb.pairs() as u64, Relaxed);
         self.minibatches.fetch_add(1, Relaxed);
         self.bytes_sent.fetch_add(sent, Relaxed);
         self.bytes_received.fetch_add(received, Relaxed);
@@ -80,7 +93,27 @@ impl Progress {
                 r.0 += loss;
                 r.1 += n as u64;
             }
+            if let Ok(mut e) = self.epoch_loss.lock() {
+                let epoch = mb.epoch as usize;
+                if e.len() <= epoch {
+                    e.resize(epoch + 1, (0.0, 0));
+                }
+                e[epoch].0 += loss;
+                e[epoch].1 += n as u64;
+            }
         }
+    }
+
+    /// Mean loss per pair of each epoch's sampled minibatches.
+    pub fn epoch_losses(&self) -> Vec<Option<f64>> {
+        self.epoch_loss.lock().map_or_else(
+            |_| Vec::new(),
+            |e| {
+                e.iter()
+                    .map(|&(sum, n)| (n > 0).then(|| sum / n as f64))
+                    .collect()
+            },
+        )
     }
 
     /// Mean loss per pair since the previous call (over the sampled minibatches).
@@ -107,6 +140,16 @@ pub struct TrainSummary {
     pub seconds: f64,
     pub tokens_per_second: f64,
     pub final_loss: Option<f64>,
+    /// Mean loss per pair of each epoch (over its sampled minibatches).
+    pub epoch_loss: Vec<Option<f64>>,
+    /// Sentences of the corpus skipped for invalid UTF-8 (`--invalid-utf8
+    /// skip`), counted in one epoch: each is skipped in every epoch.
+    pub invalid_utf8_sentences_skipped: u64,
+    /// The fraction of the expected work (in-vocabulary words over all
+    /// epochs, this worker's share) the progress display had reached when
+    /// training ended: ~1.0 when it showed the truth. Set by the caller that
+    /// ran [`report`].
+    pub progress_reached: Option<f64>,
 }
 
 /// In-vocabulary words per job sent from the reader to the training tasks.
@@ -265,7 +308,7 @@ async fn run<P: Pipeline>(
     if let Some(e) = failure {
         return Err(e);
     }
-    read?;
+    let invalid_utf8_sentences_skipped = read?;
     let seconds = start.elapsed().as_secs_f64();
     let tokens = progress.tokens.load(Relaxed);
     Ok(TrainSummary {
@@ -279,6 +322,9 @@ async fn run<P: Pipeline>(
         seconds,
         tokens_per_second: tokens as f64 / seconds.max(1e-9),
         final_loss: progress.take_loss(),
+        epoch_loss: progress.epoch_losses(),
+        invalid_utf8_sentences_skipped,
+        progress_reached: None,
     })
 }
 
@@ -321,8 +367,11 @@ fn read_corpus(
     vocab: &Vocab,
     p: &TrainParams,
     tx: &async_channel::Sender<Job>,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<u64> {
     let send = |job: Job| tx.send_blocking(job).is_ok();
+    // Sentences skipped for invalid UTF-8 in the first epoch (the same ones
+    // are skipped in every epoch; only the first epoch logs them).
+    let mut skipped = 0u64;
     for epoch in 0..u64::from(p.iter) {
         let mut sentence = 0u64;
         let mut job = Job {
@@ -330,7 +379,14 @@ fn read_corpus(
             ..Job::default()
         };
         for path in corpus {
-            let mut reader = SentenceReader::open(path, p.max_sentence)?;
+            let warnings = if epoch == 0 {
+                INVALID_UTF8_WARNINGS.saturating_sub(skipped)
+            } else {
+                0
+            };
+            let mut reader = SentenceReader::open(path, p.max_sentence)?
+                .invalid_utf8(p.invalid_utf8)
+                .warn_limit(warnings);
             while let Some(s) = reader.next_sentence()? {
                 let index = sentence;
                 sentence += 1;
@@ -349,15 +405,18 @@ fn read_corpus(
                         },
                     ))
                 {
-                    return Ok(()); // training stopped; its error is reported instead
+                    return Ok(skipped); // training stopped; its error is reported instead
                 }
+            }
+            if epoch == 0 {
+                skipped += reader.skipped();
             }
         }
         if !job.sentences.is_empty() && !send(job) {
-            return Ok(());
+            return Ok(skipped);
         }
     }
-    Ok(())
+    Ok(skipped)
 }
 
 #[derive(Default)]
@@ -385,7 +444,40 @@ impl Buffers {
     /// [`LOSS_EVERY`]th minibatch of a pipeline (`minibatch % LOSS_EVERY ==
     /// 0`) also returns its loss and pair count, for the progress display: the
     /// logarithms cost ~4 % of a run's CPU when taken for every pair.
-    fn weights(&mut self, alpha: f32, minibatch: u64) -> Option<(f64, usize)> {
+    /// Fails, naming `mb`, when a dot product is not finite or beyond
+    /// [`DIVERGED_DOT`]: the model has diverged, and training on would only
+    /// spread garbage (or NaN) through it.
+    fn weights(
+        &mut self,
+        mb: &MiniBatch,
+        alpha: f32,
+        minibatch: u64,
+    ) -> anyhow::Result<Option<(f64, usize)>> {
+        // Σ F² (SIMD): NaN or ∞ if any dot product is, and above
+        // DIVERGED_DOT² if one is larger than DIVERGED_DOT.
+        let energy = dot(&self.f_pos, &self.f_pos) + dot(&self.f_neg, &self.f_neg);
+        if !(energy.is_finite() && energy <= DIVERGED_DOT * DIVERGED_DOT) {
+            let largest = self
+                .f_pos
+                .iter()
+                .chain(&self.f_neg)
+                .find(|f| !f.is_finite())
+                .or_else(|| {
+                    self.f_pos
+                        .iter()
+                        .chain(&self.f_neg)
+                        .max_by(|a, b| a.abs().total_cmp(&b.abs()))
+                })
+                .copied()
+                .unwrap_or(f32::NAN);
+            bail!(
+                "training diverged in {}: its dot products u·v reached {largest:e} \
+                 (Σ(u·v)² = {energy:e}; a healthy model keeps |u·v| far below {DIVERGED_DOT:e}; \
+                 learning rate α was {alpha}). Try a lower --alpha, a smaller --minibatch or \
+                 more --sample",
+                mb.origin()
+            );
+        }
         self.g_pos.clear();
         self.g_neg.clear();
         self.g_pos
@@ -393,7 +485,7 @@ impl Buffers {
         self.g_neg
             .extend(self.f_neg.iter().map(|&f| negative_weight(alpha, f)));
         if minibatch % LOSS_EVERY != 0 {
-            return None;
+            return Ok(None);
         }
         let mut loss = 0.0f64;
         for &f in &self.f_pos {
@@ -402,9 +494,14 @@ impl Buffers {
         for &f in &self.f_neg {
             loss += f64::from(neg_log_sigmoid(-f));
         }
-        Some((loss, self.f_pos.len()))
+        Ok(Some((loss, self.f_pos.len())))
     }
 }
+
+/// Largest |u·v| a healthy model shows: σ saturates beyond ±20, so SGNS
+/// stops pushing dot products long before this; a larger one (or a NaN)
+/// means the vectors have blown up.
+const DIVERGED_DOT: f32 = 1e4;
 
 /// One minibatch in this many (per pipeline) has its loss computed.
 const LOSS_EVERY: u64 = 16;
@@ -508,7 +605,7 @@ impl<S: ShardApi> Pipeline for RemotePipeline<S> {
                 add_into(sum, &b.part);
             }
         }
-        let loss = b.weights(alpha, b.steps);
+        let loss = b.weights(mb, alpha, b.steps)?;
         b.steps += 1;
         let adj_req = AdjustRequest {
             batch: dot_req.batch,
@@ -521,7 +618,7 @@ impl<S: ShardApi> Pipeline for RemotePipeline<S> {
         for (i, (shard, res)) in shards.iter().zip(results).enumerate() {
             res.map_err(|e| shard_error(shard.name(), i, shards.len(), "adjust", e))?;
         }
-        progress.record(pairs, sent, received, loss);
+        progress.record(mb, sent, received, loss);
         Ok(())
     }
 }
@@ -567,13 +664,13 @@ impl LocalPipeline {
             add_into(&mut b.f_pos, &b.part);
             add_into(&mut b.f_neg, &b.part_neg);
         }
-        let loss = b.weights(alpha, b.steps);
+        let loss = b.weights(mb, alpha, b.steps)?;
         b.steps += 1;
         for (i, m) in models.iter().enumerate() {
             m.adjust_with(&batch, &self.targets, &b.g_pos, &b.g_neg, &mut self.scratch)
                 .map_err(|e| failed(i, "adjust", e))?;
         }
-        progress.record(pairs, 0, 0, loss);
+        progress.record(mb, 0, 0, loss);
         Ok(())
     }
 }
@@ -597,11 +694,17 @@ fn add_into(sum: &mut [f32], part: &[f32]) {
     }
 }
 
-/// Reports progress until training is done: a bar on a terminal, log lines otherwise.
-pub async fn report(progress: Arc<Progress>, tokens_total: u64, interactive: bool) {
+/// Reports progress until training is done: a bar on a terminal, log lines
+/// otherwise. Progress is in-vocabulary words read ([`Progress::words`])
+/// against `words_total`, the in-vocabulary words this worker reads over all
+/// epochs (iter × the vocabulary's total count / workers), so that
+/// out-of-vocabulary tokens count on neither side. Returns the fraction of
+/// `words_total` reached at the end.
+pub async fn report(progress: Arc<Progress>, words_total: u64, interactive: bool) -> f64 {
     let start = Instant::now();
+    let fraction = |words: u64| words as f64 / words_total.max(1) as f64;
     let bar = interactive.then(|| {
-        let bar = indicatif::ProgressBar::new(tokens_total);
+        let bar = indicatif::ProgressBar::new(words_total);
         bar.set_style(
             indicatif::ProgressStyle::with_template("{bar:30} {percent:>3}% {msg} ETA {eta}")
                 .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
@@ -614,7 +717,10 @@ pub async fn report(progress: Arc<Progress>, tokens_total: u64, interactive: boo
         tokio::time::sleep(Duration::from_millis(500)).await;
         let done = progress.done.load(Relaxed);
         let tokens = progress.tokens.load(Relaxed);
-        let rate = tokens as f64 / start.elapsed().as_secs_f64().max(1e-9);
+        let words = progress.words.load(Relaxed);
+        let elapsed = start.elapsed().as_secs_f64().max(1e-9);
+        let rate = tokens as f64 / elapsed;
+        let word_rate = words as f64 / elapsed;
         if let Some(l) = progress.take_loss() {
             last_loss = Some(l);
         }
@@ -626,14 +732,14 @@ pub async fn report(progress: Arc<Progress>, tokens_total: u64, interactive: boo
         );
         match &bar {
             Some(bar) => {
-                bar.set_position(tokens);
+                bar.set_position(words.min(words_total));
                 bar.set_message(msg);
             }
             None if last_log.elapsed() >= Duration::from_secs(10) => {
                 last_log = Instant::now();
-                let pct = 100.0 * tokens as f64 / tokens_total.max(1) as f64;
-                let eta = if rate > 0.0 {
-                    (tokens_total.saturating_sub(tokens)) as f64 / rate
+                let pct = 100.0 * fraction(words);
+                let eta = if word_rate > 0.0 {
+                    (words_total.saturating_sub(words)) as f64 / word_rate
                 } else {
                     f64::NAN
                 };
@@ -645,7 +751,7 @@ pub async fn report(progress: Arc<Progress>, tokens_total: u64, interactive: boo
             if let Some(bar) = bar {
                 bar.finish_and_clear();
             }
-            return;
+            return fraction(words);
         }
     }
 }

@@ -1,4 +1,8 @@
-//! Configuration conventions every binary shares.
+//! Configuration conventions every binary shares: empty `COLONNADE_*`
+//! variables, the log set-up and how a user error ends the process.
+
+use std::io::IsTerminal;
+use std::process::ExitCode;
 
 /// Removes `COLONNADE_*` environment variables that are set but empty, so that
 /// `COLONNADE_THREADS=` in a compose file or ConfigMap means "use the default"
@@ -11,5 +15,38 @@ pub fn unset_empty_env() {
         .collect();
     for k in empty {
         std::env::remove_var(k);
+    }
+}
+
+/// Whether log lines may carry ANSI colours: only when stderr is a terminal
+/// and `NO_COLOR` is unset or empty (<https://no-color.org>). Log files,
+/// `docker logs` and `kubectl logs` get plain text.
+pub fn log_colours() -> bool {
+    std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+}
+
+/// The logging every binary uses: to stderr, filtered by `RUST_LOG` (default
+/// `info`), coloured only as [`log_colours`] says.
+pub fn init_logging() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(log_colours())
+        .init();
+}
+
+/// Ends `main`: a user error is printed as `error: <message>: <cause>: ...`
+/// (the alternate `{:#}` form, which for `anyhow` joins the cause chain) and
+/// exits with 1, never with a backtrace, whatever `RUST_BACKTRACE` says.
+/// Panics keep Rust's own report.
+pub fn exit_code<E: std::fmt::Display>(result: Result<(), E>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
     }
 }

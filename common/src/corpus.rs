@@ -1,17 +1,43 @@
-//! Streaming corpus reading: whitespace-separated tokens, plain, gzip or xz
-//! (detected from the magic bytes, not the name), any line length, never the
-//! whole file in memory.
+//! Streaming corpus reading: whitespace-separated tokens, plain, gzip, xz,
+//! zstd or bzip2 (detected from the magic bytes, not the name), any line
+//! length, never the whole file in memory. Archives and compressors we cannot
+//! read (zip, 7z, rar, tar, lz4, lzip, Unix compress) are recognised by their
+//! magic bytes and refused by name, instead of being read as text.
 //!
 //! A sentence is a line, cut into pieces of at most `max_sentence` tokens (so
 //! text8, one 100 MB line, becomes many sentences, as in gensim). Empty lines
-//! yield nothing. Invalid UTF-8 is an error that names the file, the line and
-//! the byte offset (in the decompressed stream).
+//! yield nothing. A sentence holding invalid UTF-8 is, by the reader's
+//! [`InvalidUtf8`] policy, an error that names the file, the line and the byte
+//! offset (in the decompressed stream), or skipped and counted.
 
 use std::io::{self, BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 
 /// word2vec's and gensim's cap on sentence length.
 pub const DEFAULT_MAX_SENTENCE: usize = 10_000;
+
+/// Skipped sentences logged as warnings (per reader, or per call of
+/// [`for_each_sentence`]); later ones are only counted.
+pub const INVALID_UTF8_WARNINGS: u64 = 5;
+
+/// What to do with a sentence that holds invalid UTF-8.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum InvalidUtf8 {
+    /// Stop with [`CorpusError::InvalidUtf8`].
+    #[default]
+    Abort,
+    /// Skip the sentence (it yields no tokens) and count it.
+    Skip,
+}
+
+impl std::fmt::Display for InvalidUtf8 {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Abort => "abort",
+            Self::Skip => "skip",
+        })
+    }
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum CorpusError {
@@ -23,30 +49,100 @@ pub enum CorpusError {
         line: u64,
         offset: u64,
     },
+    #[error("{path}: this is {format}, which is not supported as a corpus; corpora are text (UTF-8, whitespace-separated tokens), plain or compressed with gzip, xz, zstd or bzip2: {hint}")]
+    Unsupported {
+        path: PathBuf,
+        format: &'static str,
+        hint: &'static str,
+    },
 }
 
-/// Opens a corpus file, transparently decompressing gzip and xz.
+/// A file format recognised by its first bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Format {
+    Plain,
+    Gzip,
+    Xz,
+    Zstd,
+    Bzip2,
+    /// Recognised, not readable: (description, what to do instead).
+    Unsupported(&'static str, &'static str),
+}
+
+/// The format of a stream that starts with `magic` (as many bytes as are
+/// available, up to the buffer's size: the tar check needs 262).
+fn detect(magic: &[u8]) -> Format {
+    const EXTRACT: &str = "extract the text files and pass them to --corpus";
+    const RECOMPRESS: &str = "decompress it, or recompress it with gzip, xz or zstd";
+    let at = |offset: usize, sig: &[u8]| magic.get(offset..offset + sig.len()) == Some(sig);
+    if at(0, &[0x1f, 0x8b]) {
+        Format::Gzip
+    } else if at(0, &[0xfd, b'7', b'z', b'X', b'Z', 0x00]) {
+        Format::Xz
+    } else if at(0, &[0x28, 0xb5, 0x2f, 0xfd]) {
+        Format::Zstd
+    } else if at(0, b"BZh")
+        && magic.get(3).is_some_and(|b| (b'1'..=b'9').contains(b))
+        // The first block's magic (π), or the end of an empty stream (√π).
+        && (at(4, &[0x31, 0x41, 0x59, 0x26, 0x53, 0x59])
+            || at(4, &[0x17, 0x72, 0x45, 0x38, 0x50, 0x90]))
+    {
+        Format::Bzip2
+    } else if at(0, b"PK\x03\x04") || at(0, b"PK\x05\x06") || at(0, b"PK\x07\x08") {
+        Format::Unsupported("a zip archive", EXTRACT)
+    } else if at(0, &[b'7', b'z', 0xbc, 0xaf, 0x27, 0x1c]) {
+        Format::Unsupported("a 7z archive", EXTRACT)
+    } else if at(0, b"Rar!\x1a\x07") {
+        Format::Unsupported("a rar archive", EXTRACT)
+    } else if at(257, b"ustar") {
+        Format::Unsupported("a tar archive", EXTRACT)
+    } else if at(0, &[0x04, 0x22, 0x4d, 0x18]) || at(0, &[0x02, 0x21, 0x4c, 0x18]) {
+        Format::Unsupported("lz4-compressed", RECOMPRESS)
+    } else if at(0, b"LZIP") {
+        Format::Unsupported("lzip-compressed", RECOMPRESS)
+    } else if at(0, &[0x1f, 0x9d]) {
+        Format::Unsupported("compressed with Unix compress (.Z)", RECOMPRESS)
+    } else {
+        Format::Plain
+    }
+}
+
+/// Opens a corpus file, transparently decompressing gzip, xz, zstd and bzip2
+/// (concatenated streams too); refuses the archive and compression formats
+/// [`detect`] recognises but cannot read, including a tar archive inside a
+/// compressed file.
 pub fn open(path: &Path) -> Result<Box<dyn BufRead + Send>, CorpusError> {
     let io_err = |source: io::Error| CorpusError::Io {
         path: path.to_path_buf(),
         source,
     };
+    let unsupported = |format, hint| CorpusError::Unsupported {
+        path: path.to_path_buf(),
+        format,
+        hint,
+    };
     let file = std::fs::File::open(path).map_err(io_err)?;
     let mut reader = BufReader::with_capacity(1 << 20, file);
     let magic = reader.fill_buf().map_err(io_err)?;
-    let boxed: Box<dyn BufRead + Send> = if magic.starts_with(&[0x1f, 0x8b]) {
-        Box::new(BufReader::with_capacity(
-            1 << 20,
-            flate2::bufread::MultiGzDecoder::new(reader),
-        ))
-    } else if magic.starts_with(&[0xfd, b'7', b'z', b'X', b'Z', 0x00]) {
-        Box::new(BufReader::with_capacity(
-            1 << 20,
-            xz2::bufread::XzDecoder::new_multi_decoder(reader),
-        ))
-    } else {
-        Box::new(reader)
+    let buffered = |r: Box<dyn Read + Send>| -> Box<dyn BufRead + Send> {
+        Box::new(BufReader::with_capacity(1 << 20, r))
     };
+    let mut boxed: Box<dyn BufRead + Send> = match detect(magic) {
+        Format::Plain => return Ok(Box::new(reader)),
+        Format::Unsupported(format, hint) => return Err(unsupported(format, hint)),
+        Format::Gzip => buffered(Box::new(flate2::bufread::MultiGzDecoder::new(reader))),
+        Format::Xz => buffered(Box::new(xz2::bufread::XzDecoder::new_multi_decoder(reader))),
+        Format::Zstd => buffered(Box::new(
+            zstd::stream::read::Decoder::with_buffer(reader).map_err(io_err)?,
+        )),
+        Format::Bzip2 => buffered(Box::new(bzip2::bufread::MultiBzDecoder::new(reader))),
+    };
+    // A compressed archive (.tar.gz, .tar.zst, ...) is refused too. Reading
+    // the first block here also reports a corrupt stream before any training.
+    let inner = boxed.fill_buf().map_err(io_err)?;
+    if let Format::Unsupported(format, hint) = detect(inner) {
+        return Err(unsupported(format, hint));
+    }
     Ok(boxed)
 }
 
@@ -70,6 +166,11 @@ pub struct SentenceReader {
     line: u64,
     text_line: u64,
     eof: bool,
+    invalid_utf8: InvalidUtf8,
+    /// Sentences skipped for invalid UTF-8 so far.
+    skipped: u64,
+    /// Skipped sentences to log as warnings.
+    warn_limit: u64,
 }
 
 /// One sentence: tokens borrowed from the reader's buffer.
@@ -118,11 +219,82 @@ impl SentenceReader {
             line: 1,
             text_line: 1,
             eof: false,
+            invalid_utf8: InvalidUtf8::Abort,
+            skipped: 0,
+            warn_limit: INVALID_UTF8_WARNINGS,
         }
     }
 
-    /// The next non-empty sentence, or `None` at the end of the stream.
+    /// Sets what to do with a sentence holding invalid UTF-8 (default: abort).
+    #[must_use]
+    pub fn invalid_utf8(mut self, policy: InvalidUtf8) -> Self {
+        self.invalid_utf8 = policy;
+        self
+    }
+
+    /// Logs at most this many skipped sentences as warnings (default
+    /// [`INVALID_UTF8_WARNINGS`]).
+    #[must_use]
+    pub fn warn_limit(mut self, limit: u64) -> Self {
+        self.warn_limit = limit;
+        self
+    }
+
+    /// Sentences skipped for invalid UTF-8 so far (policy [`InvalidUtf8::Skip`]).
+    pub fn skipped(&self) -> u64 {
+        self.skipped
+    }
+
+    /// The next non-empty sentence, or `None` at the end of the stream. A
+    /// sentence holding invalid UTF-8 is an error, or with
+    /// [`InvalidUtf8::Skip`] skipped (counted, and logged while under the
+    /// warning limit).
     pub fn next_sentence(&mut self) -> Result<Option<Sentence<'_>>, CorpusError> {
+        loop {
+            if !self.read_sentence()? {
+                return Ok(None);
+            }
+            let Err(e) = std::str::from_utf8(&self.text) else {
+                break;
+            };
+            let err = self.invalid_utf8_error(&e);
+            if self.invalid_utf8 == InvalidUtf8::Abort {
+                return Err(err);
+            }
+            self.skipped += 1;
+            if self.skipped <= self.warn_limit {
+                tracing::warn!(
+                    "{err}: sentence skipped ({} tokens; --invalid-utf8 skip){}",
+                    self.spans.len(),
+                    if self.skipped == self.warn_limit {
+                        "; further ones are counted, not logged"
+                    } else {
+                        ""
+                    }
+                );
+            }
+        }
+        // Validated above; checked again rather than trusted without a check.
+        let text = std::str::from_utf8(&self.text).map_err(|e| self.invalid_utf8_error(&e))?;
+        Ok(Some(Sentence {
+            text,
+            spans: &self.spans,
+        }))
+    }
+
+    fn invalid_utf8_error(&self, e: &std::str::Utf8Error) -> CorpusError {
+        let before = &self.text[..e.valid_up_to()];
+        let newlines = before.iter().filter(|&&b| b == b'\n').count() as u64;
+        CorpusError::InvalidUtf8 {
+            path: self.path.clone(),
+            line: self.text_line + newlines,
+            offset: self.text_offset + e.valid_up_to() as u64,
+        }
+    }
+
+    /// Reads the next non-empty sentence's bytes into `text` and its token
+    /// spans into `spans`; false at the end of the stream.
+    fn read_sentence(&mut self) -> Result<bool, CorpusError> {
         self.text.clear();
         self.spans.clear();
         self.in_token = false;
@@ -168,25 +340,7 @@ impl SentenceReader {
         if self.in_token {
             self.end_token();
         }
-        if self.spans.is_empty() {
-            return Ok(None);
-        }
-        let text = match std::str::from_utf8(&self.text) {
-            Ok(t) => t,
-            Err(e) => {
-                let before = &self.text[..e.valid_up_to()];
-                let newlines = before.iter().filter(|&&b| b == b'\n').count() as u64;
-                return Err(CorpusError::InvalidUtf8 {
-                    path: self.path.clone(),
-                    line: self.text_line + newlines,
-                    offset: self.text_offset + e.valid_up_to() as u64,
-                });
-            }
-        };
-        Ok(Some(Sentence {
-            text,
-            spans: &self.spans,
-        }))
+        Ok(!self.spans.is_empty())
     }
 
     fn end_token(&mut self) {
@@ -220,22 +374,29 @@ impl SentenceReader {
     }
 }
 
-/// Calls `f` on every sentence of every file, in order.
+/// Calls `f` on every sentence of every file, in order; with
+/// [`InvalidUtf8::Skip`], returns the number of sentences skipped for invalid
+/// UTF-8 (the first [`INVALID_UTF8_WARNINGS`] of all files logged).
 pub fn for_each_sentence<E>(
     paths: &[PathBuf],
     max_sentence: usize,
+    invalid_utf8: InvalidUtf8,
     mut f: impl FnMut(&Sentence<'_>) -> Result<(), E>,
-) -> Result<(), E>
+) -> Result<u64, E>
 where
     E: From<CorpusError>,
 {
+    let mut skipped = 0;
     for path in paths {
-        let mut reader = SentenceReader::open(path, max_sentence)?;
+        let mut reader = SentenceReader::open(path, max_sentence)?
+            .invalid_utf8(invalid_utf8)
+            .warn_limit(INVALID_UTF8_WARNINGS.saturating_sub(skipped));
         while let Some(sentence) = reader.next_sentence()? {
             f(&sentence)?;
         }
+        skipped += reader.skipped();
     }
-    Ok(())
+    Ok(skipped)
 }
 
 #[cfg(test)]
@@ -319,13 +480,152 @@ mod tests {
         std::fs::write(&xz_path, xz.finish().expect("xz")).expect("write");
         for p in [gz_path, xz_path] {
             let mut all = Vec::new();
-            for_each_sentence::<CorpusError>(&[p], 100, |s| {
+            for_each_sentence::<CorpusError>(&[p], 100, InvalidUtf8::Abort, |s| {
                 all.push(s.tokens().map(str::to_string).collect::<Vec<_>>());
                 Ok(())
             })
             .expect("reads");
             assert_eq!(all, vec![vec!["one", "two"], vec!["three"]]);
         }
+    }
+
+    fn read_all(path: &Path) -> Result<Vec<Vec<String>>, CorpusError> {
+        let mut all = Vec::new();
+        for_each_sentence::<CorpusError>(&[path.to_path_buf()], 100, InvalidUtf8::Abort, |s| {
+            all.push(s.tokens().map(str::to_string).collect::<Vec<_>>());
+            Ok(())
+        })?;
+        Ok(all)
+    }
+
+    #[test]
+    fn reads_zstd_and_bzip2_by_magic_with_concatenated_streams() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (part1, part2) = (b"one two\n".as_slice(), "thrée\nfour\n".as_bytes());
+        let zst = |data: &[u8]| zstd::encode_all(data, 3).expect("zstd");
+        let bz2 = |data: &[u8]| {
+            let mut e = bzip2::write::BzEncoder::new(Vec::new(), bzip2::Compression::fast());
+            e.write_all(data).expect("bzip2");
+            e.finish().expect("bzip2")
+        };
+        for (name, compress) in [
+            ("c.zst", &zst as &dyn Fn(&[u8]) -> Vec<u8>),
+            ("c.bz2", &bz2),
+        ] {
+            // Two streams back to back, as `cat a.zst b.zst` or pbzip2 write.
+            let mut data = compress(part1);
+            data.extend(compress(part2));
+            let path = dir.path().join(name);
+            std::fs::write(&path, data).expect("write");
+            assert_eq!(
+                read_all(&path).expect(name),
+                vec![vec!["one", "two"], vec!["thrée"], vec!["four"]],
+                "{name}"
+            );
+        }
+    }
+
+    #[test]
+    fn unreadable_archives_are_named_not_invalid_utf8() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut tar = vec![0u8; 1024];
+        tar[..9].copy_from_slice(b"words.txt");
+        tar[257..263].copy_from_slice(b"ustar\0");
+        let mut tar_gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        tar_gz.write_all(&tar).expect("gzip");
+        let cases: [(&str, Vec<u8>, &str); 6] = [
+            (
+                "c.zip",
+                b"PK\x03\x04\x14\x00\x00\x00\x08\x00garbage".to_vec(),
+                "zip archive",
+            ),
+            (
+                "c.7z",
+                b"7z\xbc\xaf\x27\x1c\x00\x04garbage".to_vec(),
+                "7z archive",
+            ),
+            (
+                "c.lz4",
+                b"\x04\x22\x4d\x18\x64\x40\xa7garbage".to_vec(),
+                "lz4",
+            ),
+            ("c.tar", tar.clone(), "tar archive"),
+            ("c.tar.gz", tar_gz.finish().expect("gzip"), "tar archive"),
+            (
+                "c.rar",
+                b"Rar!\x1a\x07\x01\x00garbage".to_vec(),
+                "rar archive",
+            ),
+        ];
+        for (name, data, format) in cases {
+            let path = dir.path().join(name);
+            std::fs::write(&path, data).expect("write");
+            let msg = read_all(&path).expect_err(name).to_string();
+            assert!(
+                msg.contains(&path.display().to_string())
+                    && msg.contains(format)
+                    && msg.contains("not supported")
+                    && !msg.contains("UTF-8 at"),
+                "{name}: {msg}"
+            );
+        }
+        // Text that merely starts like a magic number is still text.
+        let path = dir.path().join("bzh.txt");
+        std::fs::write(&path, "BZh9 is a word\nPK too\n").expect("write");
+        assert_eq!(read_all(&path).expect("text").len(), 2);
+    }
+
+    fn skipping(data: &[u8], max: usize) -> (Vec<Vec<String>>, u64) {
+        let mut r = SentenceReader::new(io::Cursor::new(data.to_vec()), Path::new("mem.txt"), max)
+            .invalid_utf8(InvalidUtf8::Skip);
+        let mut out = Vec::new();
+        while let Some(s) = r.next_sentence().expect("skip never fails on UTF-8") {
+            out.push(s.tokens().map(str::to_string).collect());
+        }
+        (out, r.skipped())
+    }
+
+    #[test]
+    fn skip_policy_drops_only_the_bad_sentences_and_counts_them() {
+        let (got, skipped) = skipping(b"ok line\nbad \xff token\nnext \xc3\x28\nlast one\n", 10);
+        assert_eq!(got, vec![vec!["ok", "line"], vec!["last", "one"]]);
+        assert_eq!(skipped, 2);
+        // On a long line only the 3-token piece holding the bad byte goes.
+        let (got, skipped) = skipping(b"a b c d \xff e f g h i\nj\n", 3);
+        assert_eq!(
+            got,
+            vec![
+                vec!["a", "b", "c"],
+                vec!["f", "g", "h"],
+                vec!["i"],
+                vec!["j"]
+            ]
+        );
+        assert_eq!(skipped, 1);
+        // A bad byte at the very end of the stream, no newline.
+        let (got, skipped) = skipping(b"x y\nz \xfe", 10);
+        assert_eq!((got, skipped), (vec![vec!["x".to_string(), "y".into()]], 1));
+        // The default policy still aborts.
+        assert!(sentences(b"ok\n\xff\n", 10).is_err());
+    }
+
+    #[test]
+    fn for_each_sentence_sums_skips_over_files() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let a = dir.path().join("a.txt");
+        let b = dir.path().join("b.txt");
+        std::fs::write(&a, b"one \xff\ntwo\n").expect("write");
+        std::fs::write(&b, b"\xc0 x\nthree\n\xff\n").expect("write");
+        let mut words = Vec::new();
+        let skipped = for_each_sentence::<CorpusError>(&[a, b], 100, InvalidUtf8::Skip, |s| {
+            words.extend(s.tokens().map(str::to_string));
+            Ok(())
+        })
+        .expect("skips");
+        assert_eq!(
+            (words, skipped),
+            (vec!["two".to_string(), "three".into()], 3)
+        );
     }
 
     #[test]

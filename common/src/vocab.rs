@@ -9,7 +9,7 @@
 //! its `</s>` marker skipped) load too. Loading re-sorts, so every component
 //! that loads the same counts assigns the same ids.
 
-use crate::corpus::{for_each_sentence, CorpusError};
+use crate::corpus::{for_each_sentence, CorpusError, InvalidUtf8, DEFAULT_MAX_SENTENCE};
 use rustc_hash::FxHashMap;
 use std::io::{BufRead, BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -48,9 +48,23 @@ pub struct Vocab {
 pub struct Counter {
     counts: FxHashMap<String, u64>,
     pub tokens: u64,
+    /// What [`Counter::count_files`] does with a sentence holding invalid
+    /// UTF-8 (default: abort). Training must read the corpus with the same
+    /// policy, so that a skipped sentence is neither counted nor trained.
+    pub invalid_utf8: InvalidUtf8,
+    /// Sentences skipped for invalid UTF-8 (policy [`InvalidUtf8::Skip`]).
+    pub skipped_sentences: u64,
 }
 
 impl Counter {
+    /// A counter that treats invalid UTF-8 by `invalid_utf8`.
+    pub fn new(invalid_utf8: InvalidUtf8) -> Self {
+        Self {
+            invalid_utf8,
+            ..Self::default()
+        }
+    }
+
     pub fn add(&mut self, word: &str) {
         self.tokens += 1;
         if let Some(c) = self.counts.get_mut(word) {
@@ -60,14 +74,19 @@ impl Counter {
         }
     }
 
-    /// Counts every token of the given corpus files.
+    /// Counts every token of the given corpus files. Sentences are cut as
+    /// training cuts them ([`DEFAULT_MAX_SENTENCE`] tokens), so with
+    /// [`InvalidUtf8::Skip`] both drop the same tokens.
     pub fn count_files(&mut self, paths: &[PathBuf]) -> Result<(), CorpusError> {
-        for_each_sentence(paths, usize::MAX, |s| {
+        let policy = self.invalid_utf8;
+        let skipped = for_each_sentence(paths, DEFAULT_MAX_SENTENCE, policy, |s| {
             for t in s.tokens() {
                 self.add(t);
             }
             Ok::<(), CorpusError>(())
-        })
+        })?;
+        self.skipped_sentences += skipped;
+        Ok(())
     }
 
     pub fn distinct(&self) -> usize {
@@ -291,6 +310,24 @@ mod tests {
             Vocab::load(&p).expect("word2vec format").words(),
             ["the", "of"]
         );
+    }
+
+    #[test]
+    fn counting_skips_invalid_sentences_when_asked() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = dir.path().join("c.txt");
+        std::fs::write(&p, b"a a b\nb \xff c\na c\n").expect("write");
+        let mut abort = Counter::default();
+        let e = abort
+            .count_files(std::slice::from_ref(&p))
+            .expect_err("aborts by default");
+        assert!(e.to_string().contains("line 2"), "{e}");
+        let mut skip = Counter::new(InvalidUtf8::Skip);
+        skip.count_files(&[p]).expect("skips");
+        assert_eq!((skip.tokens, skip.skipped_sentences), (5, 1));
+        let v = skip.into_vocab(1, None).expect("vocab");
+        assert_eq!(v.words(), ["a", "b", "c"]);
+        assert_eq!(v.counts(), [3, 1, 1]);
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! `colonnade-export` / `colonnade export`: export a model from running shards.
 
+use crate::outputs::{check_outputs, FlagPath};
 use crate::{discover, export, ExportOptions};
-use anyhow::{bail, Context};
+use anyhow::bail;
 use colonnade_common::vocab::Vocab;
 use std::path::PathBuf;
 
@@ -38,6 +39,20 @@ impl OutputArgs {
             || self.output_binary.is_some()
             || self.output_tsv_vectors.is_some()
             || self.output_tsv_metadata.is_some()
+    }
+
+    /// Every output file given, with its flag (for [`crate::outputs::check_outputs`]).
+    pub fn paths(&self) -> Vec<FlagPath<'_>> {
+        [
+            ("--output", &self.output),
+            ("--output-text", &self.output_text),
+            ("--output-binary", &self.output_binary),
+            ("--output-tsv-vectors", &self.output_tsv_vectors),
+            ("--output-tsv-metadata", &self.output_tsv_metadata),
+        ]
+        .into_iter()
+        .filter_map(|(flag, p)| p.as_deref().map(|p| FlagPath::new(flag, p)))
+        .collect()
     }
 
     pub fn options(&self, attributes: serde_json::Map<String, serde_json::Value>) -> ExportOptions {
@@ -77,11 +92,9 @@ pub async fn run(args: ExportArgs) -> anyhow::Result<()> {
     let fingerprint = args
         .fingerprint
         .as_deref()
-        .map(|f| {
-            u64::from_str_radix(f.trim_start_matches("0x"), 16)
-                .with_context(|| format!("--fingerprint {f:?} is not hex"))
-        })
+        .map(|f| crate::parse_fingerprint("--fingerprint", f))
         .transpose()?;
+    check_outputs(&[FlagPath::new("--vocab", &args.vocab)], &args.out.paths())?;
     let vocab = Vocab::load(&args.vocab)?;
     let (mut shards, spec, fp) = discover(&args.shards, fingerprint).await?;
     if spec.vocab_fingerprint != vocab.fingerprint() || spec.vocab_size != vocab.len() as u64 {

@@ -11,8 +11,11 @@
 
 pub mod cli;
 pub mod hdf5_out;
+pub mod outputs;
 pub mod pull;
 pub mod tsv;
 pub mod word2vec;
 
-pub use pull::{discover, export, ExportOptions, ExportSummary, ShardHandle};
+pub use pull::{
+    describe_model, discover, export, parse_fingerprint, ExportOptions, ExportSummary, ShardHandle,
+};

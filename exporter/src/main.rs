@@ -1,3 +1,4 @@
+use anyhow::Context;
 use clap::Parser;
 
 /// Export a Colonnade model from running PS shards to HDF5 and word2vec formats.
@@ -8,20 +9,14 @@ struct Cli {
     args: colonnade_exporter::cli::ExportArgs,
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() -> std::process::ExitCode {
     colonnade_common::config::unset_empty_env();
-    tokio::runtime::Builder::new_multi_thread()
+    colonnade_common::config::init_logging();
+    let cli = Cli::parse();
+    let result = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
-        .build()?
-        .block_on(run())
-}
-
-async fn run() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
-    colonnade_exporter::cli::run(Cli::parse().args).await
+        .build()
+        .context("cannot start the async runtime")
+        .and_then(|rt| rt.block_on(colonnade_exporter::cli::run(cli.args)));
+    colonnade_common::config::exit_code(result)
 }

@@ -7,7 +7,7 @@ use anyhow::{bail, Context};
 use colonnade_common::model::ModelSpec;
 use colonnade_common::vocab::Vocab;
 use colonnade_proto::v1::shard_client::ShardClient;
-use colonnade_proto::v1::{Matrix, PullRowsRequest, StatusRequest};
+use colonnade_proto::v1::{Matrix, ModelStatus, PullRowsRequest, StatusRequest};
 use colonnade_proto::{connect, decode_f32};
 use std::path::PathBuf;
 use tonic::transport::Channel;
@@ -47,6 +47,43 @@ pub struct ExportSummary {
     pub files: Vec<PathBuf>,
 }
 
+/// Parses a model fingerprint as `colonnade models list` prints it (16 hex
+/// digits, an optional `0x`); `flag` names the flag in the error.
+pub fn parse_fingerprint(flag: &str, value: &str) -> anyhow::Result<u64> {
+    let hex = value.trim();
+    let hex = hex
+        .strip_prefix("0x")
+        .or_else(|| hex.strip_prefix("0X"))
+        .unwrap_or(hex);
+    if hex.is_empty() || hex.len() > 16 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        bail!(
+            "{flag} {value:?} is not a model fingerprint: expected up to 16 hex digits, \
+             as `colonnade models list` shows them"
+        );
+    }
+    u64::from_str_radix(hex, 16)
+        .with_context(|| format!("{flag} {value:?} is not a model fingerprint"))
+}
+
+/// One line describing a model a shard holds: fingerprint, vocabulary size,
+/// dimension, init seed, negatives and vocabulary fingerprint.
+pub fn describe_model(m: &ModelStatus) -> String {
+    match &m.spec {
+        Some(s) => format!(
+            "{:016x}: {} words, dim {}, init seed {}, negative {}, vocabulary {:016x}",
+            m.model_fingerprint, s.vocab_size, s.dim, s.init_seed, s.negative, s.vocab_fingerprint
+        ),
+        None => format!("{:016x}: (no spec reported)", m.model_fingerprint),
+    }
+}
+
+fn list_models(models: &[&ModelStatus]) -> String {
+    models
+        .iter()
+        .map(|m| format!("\n  {}", describe_model(m)))
+        .collect()
+}
+
 /// Connects to `endpoints`, finds the one model they hold together (or the one
 /// with `fingerprint`), and checks that their column ranges tile [0, dim).
 pub async fn discover(
@@ -67,17 +104,22 @@ pub async fn discover(
             .iter()
             .filter(|m| fingerprint.is_none_or(|f| f == m.model_fingerprint))
             .collect();
-        let m = match candidates.as_slice() {
-            [one] => *one,
-            [] => bail!(
-                "shard {endpoint} holds no model{}",
-                fingerprint
-                    .map(|f| format!(" with fingerprint {f:016x}"))
-                    .unwrap_or_default()
+        let m = match (candidates.as_slice(), fingerprint) {
+            ([one], _) => *one,
+            ([], None) => bail!("shard {endpoint} holds no model"),
+            ([], Some(f)) if status.models.is_empty() => {
+                bail!("shard {endpoint} holds no model (looking for --fingerprint {f:016x})")
+            }
+            ([], Some(f)) => bail!(
+                "shard {endpoint} holds no model with --fingerprint {f:016x}; it holds:{}",
+                list_models(&status.models.iter().collect::<Vec<_>>())
             ),
-            _ => bail!(
-                "shard {endpoint} holds {} models; pick one with --fingerprint",
-                candidates.len()
+            (several, _) => bail!(
+                "shard {endpoint} holds {} models:{}\npick one with --fingerprint HEX, or drop \
+                 the ones no longer needed with `colonnade models drop --shards {} --fingerprint HEX`",
+                several.len(),
+                list_models(several),
+                endpoints.join(",")
             ),
         };
         let spec = m

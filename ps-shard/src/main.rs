@@ -20,21 +20,19 @@ struct Args {
     max_model_bytes: Option<u64>,
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() -> std::process::ExitCode {
     colonnade_common::config::unset_empty_env();
-    tokio::runtime::Builder::new_multi_thread()
+    colonnade_common::config::init_logging();
+    let args = Args::parse();
+    let result = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
-        .build()?
-        .block_on(run())
+        .build()
+        .context("cannot start the async runtime")
+        .and_then(|rt| rt.block_on(run(args)));
+    colonnade_common::config::exit_code(result)
 }
 
-async fn run() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .init();
-    let args = Args::parse();
+async fn run(args: Args) -> anyhow::Result<()> {
     let threads = args
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, std::num::NonZero::get));

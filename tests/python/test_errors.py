@@ -32,7 +32,7 @@ def test_invalid_utf8_names_file_and_line(tmp_path, compress):
     corpus = tmp_path / ("bad.txt.xz" if compress else "bad.txt")
     corpus.write_bytes(lzma.compress(data) if compress else data)
     out = tmp_path / "m.h5"
-    res = run_fail(train_args(corpus, embedded_shards=2, min_count=1, output=out))
+    res = run_fail(train_args(corpus, embedded_shards=2, min_count=1, output=out, invalid_utf8="abort"))
     assert str(corpus) in res.stderr, res.describe()
     assert "invalid UTF-8" in res.stderr, res.describe()
     assert "line 11" in res.stderr, res.describe()
@@ -46,7 +46,7 @@ def test_invalid_utf8_found_while_training_with_a_given_vocab(tmp_path):
     vocab = tmp_path / "vocab.tsv"
     vocab.write_text("alpha\t3\nbeta\t3\n")
     out = tmp_path / "m.h5"
-    res = run_fail(train_args(corpus, vocab=vocab, embedded_shards=1, size=4, output=out))
+    res = run_fail(train_args(corpus, vocab=vocab, embedded_shards=1, size=4, output=out, invalid_utf8="abort"))
     assert str(corpus) in res.stderr and "invalid UTF-8" in res.stderr and "line 3" in res.stderr, res.describe()
     assert not out.exists()
 
@@ -54,7 +54,8 @@ def test_invalid_utf8_found_while_training_with_a_given_vocab(tmp_path):
 def test_invalid_utf8_in_vocab_subcommand(tmp_path):
     corpus = tmp_path / "bad.txt"
     corpus.write_bytes(b"ok ok ok\n\xc3\x28 ok\n")
-    res = run_fail([colonnade(), "vocab", "--corpus", corpus, "--min-count", 1, "--output", tmp_path / "v.tsv"])
+    res = run_fail([colonnade(), "vocab", "--corpus", corpus, "--min-count", 1, "--output", tmp_path / "v.tsv",
+                    "--invalid-utf8", "abort"])
     assert str(corpus) in res.stderr and "invalid UTF-8" in res.stderr, res.describe()
 
 

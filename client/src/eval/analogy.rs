@@ -6,7 +6,8 @@
 //! * the file is read line by line; `: name` starts a section (name =
 //!   the line without its leading `:`/space characters, stripped); any other
 //!   line must split (on whitespace) into exactly 4 words, else it is skipped
-//!   as invalid; a question before the first section header is an error;
+//!   as invalid; a question before the first section header is an error, and
+//!   so is a file without a single question (naming its first invalid line);
 //! * words are upper-cased (as Python's `str.upper`) and looked up among the
 //!   first N rows, an upper-cased form meaning its first (most frequent) row;
 //!   a question with any word outside that set is skipped (counted per section);
@@ -28,6 +29,10 @@ use ndarray::{s, Array2};
 use serde::Serialize;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+
+/// The format an analogy file must have, for errors.
+const FORMAT: &str = "analogy files hold `: section` header lines, each followed by \
+    questions of exactly 4 whitespace-separated words `a b c d` (a is to b as c is to d), as questions-words.txt does";
 
 /// Candidates gensim looks at (`most_similar(..., topn=5)`).
 const TOPN: usize = 5;
@@ -74,6 +79,7 @@ impl AnalogySet {
         };
         let mut sections: Vec<Section> = Vec::new();
         let mut invalid_lines = 0;
+        let mut first_invalid: Option<(u64, &str)> = None;
         let body = bytes.strip_suffix(b"\n").unwrap_or(bytes);
         for (i, raw) in body.split(|b| *b == b'\n').enumerate() {
             let line_no = i as u64 + 1;
@@ -88,9 +94,10 @@ impl AnalogySet {
                 continue;
             }
             let Some(section) = sections.last_mut() else {
+                let shown: String = line.chars().take(80).collect();
                 return Err(err(
                     line_no,
-                    "a question before the first `: section` header".into(),
+                    format!("{shown:?} comes before the first `: section` header; {FORMAT}"),
                 ));
             };
             let words: Vec<&str> = py_split(line).collect();
@@ -100,8 +107,26 @@ impl AnalogySet {
                     words: [a, b, c, d].map(str::to_uppercase),
                 }),
                 [] => {}
-                _ => invalid_lines += 1,
+                _ => {
+                    invalid_lines += 1;
+                    first_invalid.get_or_insert((line_no, line));
+                }
             }
+        }
+        if sections.iter().all(|s| s.questions.is_empty()) {
+            return Err(match first_invalid {
+                Some((line, text)) => {
+                    let shown: String = text.chars().take(80).collect();
+                    err(
+                        line,
+                        format!("not one question could be read; the first invalid line is {shown:?}; {FORMAT}"),
+                    )
+                }
+                None => EvalError::Empty {
+                    path: path.to_path_buf(),
+                    msg: format!("no analogy questions in the file; {FORMAT}"),
+                },
+            });
         }
         Ok(Self {
             path: path.to_path_buf(),
@@ -330,6 +355,29 @@ mod tests {
         assert_eq!(set.sections[0].questions[0].words, ["A", "B", "C", "D"]);
         assert_eq!(set.sections[1].name, "gram1-x");
         assert_eq!(set.invalid_lines, 2);
+    }
+
+    #[test]
+    fn a_file_without_one_question_is_an_error_naming_the_first_bad_line() {
+        let text = ": capital\nathens,greece,baghdad,iraq\nparis france\n";
+        let e = AnalogySet::parse(Path::new("q.csv"), text.as_bytes())
+            .expect_err("no question parses")
+            .to_string();
+        assert!(
+            e.contains("q.csv:2") && e.contains("athens,greece") && e.contains("`a b c d`"),
+            "{e}"
+        );
+        let e = AnalogySet::parse(Path::new("h.txt"), b": only\n: headers\n\n")
+            .expect_err("no questions")
+            .to_string();
+        assert!(
+            e.contains("h.txt") && e.contains("no analogy questions"),
+            "{e}"
+        );
+        let e = AnalogySet::parse(Path::new("p.tsv"), b"tiger\tcat\t7.35\n")
+            .expect_err("a pairs file")
+            .to_string();
+        assert!(e.contains("p.tsv:1") && e.contains("`: section`"), "{e}");
     }
 
     #[test]

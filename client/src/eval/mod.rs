@@ -28,6 +28,9 @@ pub enum EvalError {
         line: u64,
         msg: String,
     },
+    /// A file with nothing to evaluate in it.
+    #[error("{path}: {msg}")]
+    Empty { path: PathBuf, msg: String },
 }
 
 /// Python's `str.isspace`: Unicode White_Space plus U+001C..U+001F.
@@ -52,12 +55,22 @@ pub struct EvalArgs {
     #[arg(long, env = "COLONNADE_VECTORS")]
     pub vectors: PathBuf,
     /// Analogy questions (`: section` lines, then `a b c d` lines, as
-    /// questions-words.txt); may be repeated.
-    #[arg(long = "analogies", value_name = "FILE")]
+    /// questions-words.txt); may be repeated or comma-separated.
+    #[arg(
+        long = "analogies",
+        env = "COLONNADE_ANALOGIES",
+        value_name = "FILE",
+        value_delimiter = ','
+    )]
     pub analogies: Vec<PathBuf>,
     /// Word pairs with human scores (`word1<TAB>word2<TAB>score`, `#`
-    /// comments); may be repeated.
-    #[arg(long = "similarity", value_name = "FILE")]
+    /// comments); may be repeated or comma-separated.
+    #[arg(
+        long = "similarity",
+        env = "COLONNADE_SIMILARITY",
+        value_name = "FILE",
+        value_delimiter = ','
+    )]
     pub similarity: Vec<PathBuf>,
     /// Analogies: accept question words from, and search among, the first N
     /// rows only (the N most frequent words); 0 means all.
@@ -71,7 +84,7 @@ pub struct EvalArgs {
     )]
     pub similarity_restrict: usize,
     /// Print JSON instead of a table.
-    #[arg(long)]
+    #[arg(long, env = "COLONNADE_JSON")]
     pub json: bool,
 }
 

@@ -6,7 +6,8 @@
 //!   are comments; every other line must split on TAB into exactly 3 fields
 //!   `word1, word2, score` with a number as score (surrounding whitespace
 //!   allowed), else it is skipped as invalid; the words are taken as they are
-//!   (not stripped), upper-cased;
+//!   (not stripped), upper-cased; a file with no valid line at all is an
+//!   error naming its first invalid line (gensim would report 0 pairs);
 //! * a pair with a word outside the first N rows (upper-cased lookup, first
 //!   row of an upper-cased form) is skipped and counted;
 //! * the model's score is the cosine of the two vectors; Spearman's ρ is the
@@ -57,6 +58,7 @@ impl PairSet {
         let text = text.replace("\r\n", "\n").replace('\r', "\n");
         let mut pairs = Vec::new();
         let mut invalid_lines = 0;
+        let mut first_invalid: Option<(u64, &str)> = None;
         let body = text.strip_suffix('\n').unwrap_or(&text);
         for (i, line) in body.split('\n').enumerate() {
             if line.starts_with('#') || line.is_empty() {
@@ -74,14 +76,46 @@ impl PairSet {
             };
             match parsed {
                 Some(p) => pairs.push(p),
-                None => invalid_lines += 1,
+                None => {
+                    invalid_lines += 1;
+                    first_invalid.get_or_insert((i as u64 + 1, line));
+                }
             }
+        }
+        if pairs.is_empty() {
+            return Err(no_pairs(path, first_invalid));
         }
         Ok(Self {
             path: path.to_path_buf(),
             pairs,
             invalid_lines,
         })
+    }
+}
+
+/// The error for a file from which no pair parses: its first invalid line,
+/// and the format expected.
+fn no_pairs(path: &Path, first_invalid: Option<(u64, &str)>) -> EvalError {
+    const FORMAT: &str = "word-pair files hold `word1<TAB>word2<TAB>score` lines \
+        (exactly 3 TAB-separated fields, a number last; `#` starts a comment), as WordSim-353 and SimLex-999 do";
+    let Some((line, text)) = first_invalid else {
+        return EvalError::Empty {
+            path: path.to_path_buf(),
+            msg: format!("no word pairs in the file; {FORMAT}"),
+        };
+    };
+    let shown: String = text.chars().take(80).collect();
+    let hint = if text.split('\t').count() != 3 && super::py_split(text).count() == 3 {
+        " (this line has 3 fields separated by spaces, not TABs)"
+    } else {
+        ""
+    };
+    EvalError::Parse {
+        path: path.to_path_buf(),
+        line,
+        msg: format!(
+            "not one word pair could be read; the first invalid line is {shown:?}{hint}; {FORMAT}"
+        ),
     }
 }
 
@@ -228,5 +262,27 @@ mod tests {
             ]
         );
         assert_eq!(set.invalid_lines, 2);
+    }
+
+    #[test]
+    fn a_file_without_one_pair_is_an_error_naming_the_first_bad_line() {
+        let text = "# MEN-style, space-separated\nsun sunlight 50\nautomobile car 50\n";
+        let e = PairSet::parse(Path::new("men.txt"), text.as_bytes())
+            .expect_err("no pair parses")
+            .to_string();
+        assert!(
+            e.contains("men.txt:2")
+                && e.contains("sun sunlight 50")
+                && e.contains("not TABs")
+                && e.contains("word1<TAB>word2<TAB>score"),
+            "{e}"
+        );
+        let e = PairSet::parse(Path::new("empty.tsv"), b"# only a comment\n\n")
+            .expect_err("no pairs")
+            .to_string();
+        assert!(
+            e.contains("empty.tsv") && e.contains("no word pairs"),
+            "{e}"
+        );
     }
 }

@@ -46,6 +46,7 @@ pub fn params(seed: u64) -> TrainParams {
         worker_index: 0,
         num_workers: 1,
         max_sentence: 1000,
+        invalid_utf8: Default::default(),
     }
 }
 

@@ -1,0 +1,251 @@
+//! `colonnade models`: list the models running shards hold, and drop the ones
+//! no longer needed. A long-running shard keeps every model a client created
+//! on it (each size, seed or vocabulary adds one) until it is dropped.
+
+use crate::preflight::human_bytes;
+use anyhow::{bail, Context};
+use colonnade_exporter::{describe_model, parse_fingerprint};
+use colonnade_proto::v1::shard_client::ShardClient;
+use colonnade_proto::v1::{DropModelRequest, ModelStatus, StatusRequest, StatusResponse};
+use serde::Serialize;
+use std::fmt::Write as _;
+use tonic::transport::Channel;
+
+/// List or drop the models held by running shards.
+#[derive(clap::Args, Debug)]
+pub struct ModelsArgs {
+    #[command(subcommand)]
+    pub command: ModelsCommand,
+}
+
+#[derive(clap::Subcommand, Debug)]
+pub enum ModelsCommand {
+    /// Every model each shard holds: fingerprint, vocabulary, dimension, its
+    /// columns, seed, memory and call counts.
+    List(ListArgs),
+    /// Drop one model from every listed shard, freeing its memory.
+    Drop(DropArgs),
+}
+
+#[derive(clap::Args, Debug)]
+pub struct ListArgs {
+    /// Shard endpoints, comma-separated host:port.
+    #[arg(long, env = "COLONNADE_SHARDS", value_delimiter = ',', required = true)]
+    pub shards: Vec<String>,
+    /// Print JSON instead of a table.
+    #[arg(long, env = "COLONNADE_JSON")]
+    pub json: bool,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct DropArgs {
+    /// Shard endpoints, comma-separated host:port: the model is dropped from each.
+    #[arg(long, env = "COLONNADE_SHARDS", value_delimiter = ',', required = true)]
+    pub shards: Vec<String>,
+    /// The model to drop (hex, as `colonnade models list` prints it).
+    #[arg(long, env = "COLONNADE_FINGERPRINT")]
+    pub fingerprint: String,
+}
+
+/// One model on one shard, as `models list --json` prints it.
+#[derive(Debug, Serialize)]
+pub struct ModelInfo {
+    pub fingerprint: String,
+    pub vocab_size: u64,
+    pub vocab_fingerprint: String,
+    pub dim: u32,
+    pub col_start: u32,
+    pub col_end: u32,
+    pub negative: u32,
+    pub sampling_power: f32,
+    pub init_seed: u64,
+    pub memory_bytes: u64,
+    pub dotprod_calls: u64,
+    pub adjust_calls: u64,
+    pub pairs_adjusted: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ShardModels {
+    pub endpoint: String,
+    pub version: String,
+    pub api_version: u32,
+    pub models: Vec<ModelInfo>,
+}
+
+impl From<&ModelStatus> for ModelInfo {
+    fn from(m: &ModelStatus) -> Self {
+        let spec = m.spec.unwrap_or_default();
+        Self {
+            fingerprint: format!("{:016x}", m.model_fingerprint),
+            vocab_size: spec.vocab_size,
+            vocab_fingerprint: format!("{:016x}", spec.vocab_fingerprint),
+            dim: spec.dim,
+            col_start: spec.col_start,
+            col_end: spec.col_end,
+            negative: spec.negative,
+            sampling_power: spec.sampling_power,
+            init_seed: spec.init_seed,
+            memory_bytes: m.memory_bytes,
+            dotprod_calls: m.dotprod_calls,
+            adjust_calls: m.adjust_calls,
+            pairs_adjusted: m.pairs_adjusted,
+        }
+    }
+}
+
+pub async fn run(args: ModelsArgs) -> anyhow::Result<()> {
+    match args.command {
+        ModelsCommand::List(a) => list(&a).await,
+        ModelsCommand::Drop(a) => drop_model(&a).await,
+    }
+}
+
+/// Connects to every shard and asks its status; errors name the shard.
+async fn statuses(
+    endpoints: &[String],
+) -> anyhow::Result<Vec<(ShardClient<Channel>, StatusResponse)>> {
+    if endpoints.is_empty() {
+        bail!("give --shards host:port,...");
+    }
+    let mut out = Vec::with_capacity(endpoints.len());
+    for endpoint in endpoints {
+        let mut client = colonnade_proto::connect(endpoint).await?;
+        let status = client
+            .status(StatusRequest {})
+            .await
+            .with_context(|| format!("shard {endpoint}: status failed"))?
+            .into_inner();
+        out.push((client, status));
+    }
+    Ok(out)
+}
+
+async fn list(args: &ListArgs) -> anyhow::Result<()> {
+    let shards: Vec<ShardModels> = statuses(&args.shards)
+        .await?
+        .into_iter()
+        .zip(&args.shards)
+        .map(|((_, s), endpoint)| ShardModels {
+            endpoint: endpoint.clone(),
+            version: s.version,
+            api_version: s.api_version,
+            models: s.models.iter().map(ModelInfo::from).collect(),
+        })
+        .collect();
+    if args.json {
+        let json = serde_json::to_string_pretty(&serde_json::json!({ "shards": shards }))
+            .context("JSON output")?;
+        println!("{json}");
+    } else {
+        print!("{}", table(&shards));
+    }
+    Ok(())
+}
+
+/// The human-readable listing: one block per shard, one row per model.
+pub fn table(shards: &[ShardModels]) -> String {
+    let mut s = String::new();
+    for shard in shards {
+        let _ = writeln!(
+            s,
+            "shard {} (ps-shard {}, API v{}): {} model{}",
+            shard.endpoint,
+            shard.version,
+            shard.api_version,
+            shard.models.len(),
+            if shard.models.len() == 1 { "" } else { "s" }
+        );
+        if shard.models.is_empty() {
+            continue;
+        }
+        let _ = writeln!(
+            s,
+            "  {:<16}  {:>10}  {:>5}  {:>11}  {:>8}  {:>10}  {:<16}  {:>12}  {:>10}  {:>10}  {:>14}",
+            "fingerprint",
+            "vocab",
+            "dim",
+            "columns",
+            "negative",
+            "init_seed",
+            "vocab_fp",
+            "memory",
+            "dotprods",
+            "adjusts",
+            "pairs"
+        );
+        for m in &shard.models {
+            let _ = writeln!(
+                s,
+                "  {:<16}  {:>10}  {:>5}  {:>11}  {:>8}  {:>10}  {:<16}  {:>12}  {:>10}  {:>10}  {:>14}",
+                m.fingerprint,
+                m.vocab_size,
+                m.dim,
+                format!("[{}, {})", m.col_start, m.col_end),
+                m.negative,
+                m.init_seed,
+                m.vocab_fingerprint,
+                human_bytes(m.memory_bytes),
+                m.dotprod_calls,
+                m.adjust_calls,
+                m.pairs_adjusted
+            );
+        }
+    }
+    s
+}
+
+async fn drop_model(args: &DropArgs) -> anyhow::Result<()> {
+    let fingerprint = parse_fingerprint("--fingerprint", &args.fingerprint)?;
+    // Every shard is asked first, so an unknown fingerprint or an unreachable
+    // shard stops before anything is dropped.
+    let shards = statuses(&args.shards).await?;
+    let holds = |s: &StatusResponse| s.models.iter().any(|m| m.model_fingerprint == fingerprint);
+    if !shards.iter().any(|(_, s)| holds(s)) {
+        let mut held = String::new();
+        for ((_, s), endpoint) in shards.iter().zip(&args.shards) {
+            if s.models.is_empty() {
+                let _ = write!(held, "\n  shard {endpoint}: no models");
+            }
+            for m in &s.models {
+                let _ = write!(held, "\n  shard {endpoint}: {}", describe_model(m));
+            }
+        }
+        bail!(
+            "no shard holds a model with --fingerprint {fingerprint:016x}; the shards hold:{held}"
+        );
+    }
+    let mut dropped = Vec::new();
+    let mut absent = Vec::new();
+    for ((mut client, _), endpoint) in shards.into_iter().zip(&args.shards) {
+        let resp = client
+            .drop_model(DropModelRequest {
+                model_fingerprint: fingerprint,
+            })
+            .await
+            .with_context(|| {
+                format!(
+                    "shard {endpoint}: dropping model {fingerprint:016x} failed{}",
+                    if dropped.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" (already dropped from {})", dropped.join(", "))
+                    }
+                )
+            })?
+            .into_inner();
+        if resp.dropped {
+            dropped.push(endpoint.clone());
+        } else {
+            absent.push(endpoint.clone());
+        }
+    }
+    println!(
+        "dropped model {fingerprint:016x} from {}",
+        dropped.join(", ")
+    );
+    if !absent.is_empty() {
+        println!("not held by {}", absent.join(", "));
+    }
+    Ok(())
+}
