@@ -202,9 +202,11 @@ def run_colonnade(
     separate_shards: int | None = None,
     iters: int,
     flags: list[str] = (),
+    bin_dir: Path | None = None,
 ) -> dict:
     """One `colonnade train`, with embedded shards or with `separate_shards`
     ps-shard processes started (and always stopped) here."""
+    bin_dir = bin_dir or args.bin_dir
     binary = work / f"{tag}.bin"
     summary = work / f"{tag}.summary.json"
     shards: list[Shard] = []
@@ -213,7 +215,7 @@ def run_colonnade(
         if separate_shards is not None:
             for i in range(separate_shards):
                 cpus = [args.cores[i % len(args.cores)]] if args.pin else None
-                shards.append(Shard(args.bin_dir, i, free_port(), cpus, args.shard_threads, work / f"{tag}.shard{i}.log"))
+                shards.append(Shard(bin_dir, i, free_port(), cpus, args.shard_threads, work / f"{tag}.shard{i}.log"))
             if args.pin:
                 client_prefix = ["taskset", "-c", ",".join(map(str, args.cores))]
             shard_flags = ["--shards", ",".join(s.endpoint for s in shards)]
@@ -223,7 +225,7 @@ def run_colonnade(
             shard_flags = ["--embedded-shards", str(embedded_shards)]
         cmd = [
             *client_prefix,
-            str(args.bin_dir / "colonnade"), "train",
+            str(bin_dir / "colonnade"), "train",
             "--corpus", str(plain),
             "--vocab", str(vocab),
             *shard_flags,
@@ -286,7 +288,7 @@ def run_colonnade(
         "vocab_size": vocab_size,
         "summary": s,
         "vectors": str(binary),
-        "version": colonnade_version(args.bin_dir),
+        "version": colonnade_version(bin_dir),
         "client": dict(proc),
     }
     # Whole processes: the client plus (separate mode) every shard.
@@ -454,6 +456,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="comma-separated CPU ids every run is confined to; separate shard i is pinned to the "
                         "i-th (mod count), the client to all (default: the first 2 CPUs this process may use)")
     p.add_argument("--no-pin", dest="pin", action="store_false", help="do not confine or pin anything")
+    p.add_argument("--baseline-bin-dir", type=Path, default=None,
+                   help="binaries of an older build: its embedded and separate runs go right before the current "
+                        "build's, in the same run (old vs new)")
     p.add_argument("--skip", default="", help="comma-separated main runs to skip: gensim, embedded, separate")
     p.add_argument("--sweeps-only", action="store_true", help="skip the three main runs, run the sweeps only")
     p.add_argument("--minibatch-sweep", default=None, help="comma-separated --minibatch values (embedded and separate)")
@@ -490,6 +495,8 @@ def main(argv: list[str]) -> int:
     args.corpus = args.corpus.resolve()
     args.eval_dir = args.eval_dir.resolve()
     args.bin_dir = args.bin_dir.resolve()
+    if args.baseline_bin_dir:
+        args.baseline_bin_dir = args.baseline_bin_dir.resolve()
     for f in (args.corpus, args.eval_dir / "questions-words.txt", args.eval_dir / "wordsim353.tsv"):
         if not f.is_file():
             raise SystemExit(f"missing input file: {f}")
@@ -542,11 +549,21 @@ def main(argv: list[str]) -> int:
                 gensim_row = run_gensim(args, plain, work)
                 gensim_row["iter"] = args.iter
                 rows.append(gensim_row)
+            if "embedded" not in args.skip and args.baseline_bin_dir:
+                rows.append(run_colonnade(
+                    args, plain, work, vocab_path, "baseline-embedded",
+                    f"baseline: {args.shards} embedded shards",
+                    embedded_shards=args.shards, iters=args.iter, bin_dir=args.baseline_bin_dir))
             if "embedded" not in args.skip:
                 rows.append(run_colonnade(
                     args, plain, work, vocab_path, "embedded",
                     f"Colonnade, {args.shards} embedded shards",
                     embedded_shards=args.shards, iters=args.iter))
+            if "separate" not in args.skip and args.baseline_bin_dir:
+                rows.append(run_colonnade(
+                    args, plain, work, vocab_path, "baseline-separate",
+                    f"baseline: {args.shards} ps-shard processes",
+                    separate_shards=args.shards, iters=args.iter, bin_dir=args.baseline_bin_dir))
             if "separate" not in args.skip:
                 rows.append(run_colonnade(
                     args, plain, work, vocab_path, "separate",
@@ -593,7 +610,8 @@ def main(argv: list[str]) -> int:
             f"## Throughput benchmark: {args.corpus.name} ({tokens:,} tokens)",
             "",
             f"- Command: `{command}` (in `{os.getcwd()}`)",
-            f"- Date: {now.strftime('%Y-%m-%d %H:%M %Z')}; repo at {git_state()}; {colonnade_version(args.bin_dir)}",
+            f"- Date: {now.strftime('%Y-%m-%d %H:%M %Z')}; repo at {git_state()}; {colonnade_version(args.bin_dir)}"
+            + (f"; baseline binaries {args.baseline_bin_dir}" if args.baseline_bin_dir else ""),
             f"- Machine: {machine['node']}, nproc {machine['nproc']}, {machine['cpu_model']}, "
             f"{fmt(machine['mem_total_gib'], '.1f')} GiB RAM, Linux {machine['kernel']}; {pin}; "
             f"load average {load_before[0]:.2f} before, {load_after[0]:.2f} after",

@@ -141,3 +141,24 @@ fn exceptions_name_real_flags() {
         );
     }
 }
+
+/// README.md shows every subcommand in use and names every env-var exception,
+/// so a user reading it meets all of them.
+#[test]
+fn readme_mentions_every_subcommand_and_exception() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
+        .expect("README.md at the workspace root");
+    let cli = Cli::command();
+    let missing: Vec<String> = cli
+        .get_subcommands()
+        .map(|s| format!("colonnade {}", s.get_name()))
+        .filter(|needle| !readme.contains(needle.as_str()))
+        .collect();
+    assert!(missing.is_empty(), "README.md never shows: {missing:?}");
+    let unnamed: Vec<&str> = EXCEPTIONS
+        .iter()
+        .map(|&(_, _, env, _)| env)
+        .filter(|env| !readme.contains(env))
+        .collect();
+    assert!(unnamed.is_empty(), "README.md does not name: {unnamed:?}");
+}
