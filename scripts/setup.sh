@@ -22,6 +22,12 @@ if ! command -v cargo >/dev/null 2>&1; then
   echo "setup: cargo is not installed; install Rust (https://rustup.rs) first" >&2
   exit 1
 fi
+if command -v rustup >/dev/null 2>&1; then
+  for component in rustfmt clippy; do
+    rustup component list --installed 2>/dev/null | grep -q "^$component" \
+      || { echo "setup: installing $component" >&2; rustup component add "$component" >/dev/null; }
+  done
+fi
 if ! cargo nextest --version >/dev/null 2>&1; then
   echo "setup: installing cargo-nextest" >&2
   cargo install --locked cargo-nextest >/dev/null

@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh clone: installs what the build needs
-# (scripts/setup.sh), builds the release binaries, runs the Rust tests
+# (scripts/setup.sh), checks formatting and lints (cargo fmt --check, clippy
+# -D warnings), builds the release binaries, runs the Rust tests
 # (unit, property, integration with real shards on loopback), the Python tests
 # that read our outputs with h5py and gensim, and the deployment checks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 ./scripts/setup.sh
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets -- -D warnings
 cargo build --release --workspace --bins
 cargo nextest run --release --workspace --no-fail-fast
 COLONNADE_BIN_DIR="$PWD/target/release" .venv/bin/python -m pytest -q tests/python

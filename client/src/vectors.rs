@@ -297,6 +297,16 @@ fn w2v_header(path: &Path, bytes: &[u8]) -> Result<(usize, usize, usize), Vector
     if d == 0 && v > 0 {
         return Err(bad("the word2vec header says dimension 0".into()));
     }
+    // Every value takes at least one byte (text: a digit; binary: four), so
+    // a header promising more values than the file holds is refused before
+    // anything is allocated for them.
+    let body = bytes.len() - (end + 1);
+    if d > body || v.checked_mul(d).is_none_or(|values| values > body) {
+        return Err(bad(format!(
+            "the word2vec header says {v} words × {d} dimensions, more values than the \
+             {body} bytes after it can hold (truncated file, or not word2vec)"
+        )));
+    }
     Ok((v, d, end + 1))
 }
 
@@ -473,6 +483,27 @@ mod tests {
         assert_eq!(t.unit_row(0).to_vec(), vec![0.6, 0.8]);
         assert_eq!(t.unit_row(1).to_vec(), vec![0.0, -1.0]);
         assert_eq!(t.id("çé"), Some(1));
+    }
+
+    #[test]
+    fn a_header_larger_than_the_file_is_refused_before_allocating() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        for (name, content) in [
+            ("huge.bin", &b"1000000000 1000000\nw \x00\x00\x80\x3f"[..]),
+            ("wide.txt", &b"1 1000000000000\nw 1.0\n"[..]),
+            (
+                "overflow.txt",
+                &b"18446744073709551615 18446744073709551615\nw 1\n"[..],
+            ),
+        ] {
+            let p = dir.path().join(name);
+            std::fs::write(&p, content).expect("write");
+            let Err(e) = Embeddings::load(&p) else {
+                panic!("{name}: loaded");
+            };
+            let e = e.to_string();
+            assert!(e.contains(name) && e.contains("more values than"), "{e}");
+        }
     }
 
     #[test]

@@ -320,3 +320,39 @@ async fn unreachable_shard_is_named() {
         .expect("nothing listens");
     assert!(format!("{err:#}").contains(&addr), "{err:#}");
 }
+
+/// A CreateModel over the shard's size limit is refused on its first message,
+/// before any counts are buffered: here the stream never ends, so a shard that
+/// read the counts first would never answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_model_over_the_limit_is_refused_before_the_counts() {
+    use futures::StreamExt;
+    let shard = SpawnedShard::start(([127, 0, 0, 1], 0).into(), 1, Some(1_000_000))
+        .await
+        .expect("start shard");
+    let mut client = colonnade_proto::connect(&shard.endpoint())
+        .await
+        .expect("connect");
+    let first = v1::CreateModelChunk {
+        spec: Some(v1::ModelSpec {
+            vocab_fingerprint: 1,
+            vocab_size: 10_000_000,
+            dim: 100,
+            col_start: 0,
+            col_end: 100,
+            negative: 5,
+            sampling_power: 0.75,
+            init_seed: 1,
+        }),
+        counts_offset: 0,
+        counts: colonnade_proto::encode_u64(&[5; 1000]),
+    };
+    let endless = futures::stream::iter(vec![first]).chain(futures::stream::pending());
+    let status = tokio::time::timeout(Duration::from_secs(10), client.create_model(endless))
+        .await
+        .expect("the shard answered before the stream ended")
+        .expect_err("over the limit");
+    assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+    assert!(status.message().contains("1000000"), "{}", status.message());
+    shard.stop().await;
+}

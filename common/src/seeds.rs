@@ -37,12 +37,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn derivation_is_stable_and_separates_purposes() {
-        // Pinned: a change here silently changes every trained model.
-        assert_eq!(
-            derive(1, Purpose::Minibatch, 2, 3),
-            derive(1, Purpose::Minibatch, 2, 3)
-        );
+    fn derivation_separates_purposes_ids_and_seeds() {
+        // The values themselves are pinned in tests/golden.rs.
         assert_ne!(
             derive(1, Purpose::Minibatch, 2, 3),
             derive(1, Purpose::Sentence, 2, 3)

@@ -792,20 +792,9 @@ impl ShardCore {
     /// Creates the model, or attaches to it if this shard already holds the same
     /// model with the same columns (its trained state is kept).
     pub fn create_model(&self, spec: ShardSpec, counts: &[u64]) -> Result<Created, ShardError> {
-        spec.validate()?;
         let fingerprint = spec.model.fingerprint();
-        if let Some(existing) = self.models.get(&fingerprint) {
-            return attach(&existing, &spec);
-        }
-        if let Some(limit) = self.max_model_bytes {
-            if spec.matrix_bytes() > limit {
-                return Err(ShardError::ResourceExhausted(format!(
-                    "model needs {} bytes for {} words × ({} columns + a row lock) × 2 matrices, over this shard's limit of {limit}",
-                    spec.matrix_bytes(),
-                    spec.model.vocab_size,
-                    spec.cols()
-                )));
-            }
+        if let Some(existing) = self.admit(&spec)? {
+            return Ok(existing);
         }
         let model = Arc::new(Model::new(spec.clone(), counts)?);
         match self.models.entry(fingerprint) {
@@ -818,6 +807,27 @@ impl ShardCore {
                 })
             }
         }
+    }
+
+    /// Whether `spec` may be created here, checked before its counts are
+    /// received: the spec is valid and fits `max_model_bytes`; `Some` when
+    /// this shard already holds the model (attaching to it is allowed).
+    pub fn admit(&self, spec: &ShardSpec) -> Result<Option<Created>, ShardError> {
+        spec.validate()?;
+        if let Some(existing) = self.models.get(&spec.model.fingerprint()) {
+            return attach(&existing, spec).map(Some);
+        }
+        if let Some(limit) = self.max_model_bytes {
+            if spec.matrix_bytes() > limit {
+                return Err(ShardError::ResourceExhausted(format!(
+                    "model needs {} bytes for {} words × ({} columns + a row lock) × 2 matrices, over this shard's limit of {limit}",
+                    spec.matrix_bytes(),
+                    spec.model.vocab_size,
+                    spec.cols()
+                )));
+            }
+        }
+        Ok(None)
     }
 
     pub fn model(&self, fingerprint: u64) -> Result<Arc<Model>, ShardError> {

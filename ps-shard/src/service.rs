@@ -149,6 +149,8 @@ impl Shard for ShardService {
                 "field `vocab_size`: {vocab} exceeds 2^32-1"
             )));
         }
+        // Size limits and spec checks before a single count is buffered.
+        self.core.admit(&spec).map_err(Status::from)?;
         let mut counts: Vec<u64> = Vec::new();
         let mut chunk = Some(first);
         while let Some(c) = chunk {
