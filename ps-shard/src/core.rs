@@ -166,10 +166,6 @@ pub struct Scratch {
     u_delta: Vec<f32>,
     /// One output row's accumulated Δv.
     v_delta: Vec<f32>,
-    /// Input positions sorted by word: word << 32 | position.
-    input_keys: Vec<u64>,
-    /// Per input position: the scale of its Δu (see [`ROW_STEP_CAP`]).
-    input_scale: Vec<f32>,
     /// Per dot product, in request order: its value (dotprod) or weight (adjust).
     dots: Vec<f32>,
     targets: Targets,
@@ -185,7 +181,8 @@ pub struct Scratch {
 pub struct Targets {
     fingerprint: u64,
     seed: u64,
-    /// The batch's context counts the grouping was made for.
+    /// The batch's inputs and context counts the grouping was made for.
+    inputs: Vec<u32>,
     context_counts: Vec<u32>,
     ids: Vec<u32>,
     negs: Vec<u32>,
@@ -198,13 +195,31 @@ pub struct Targets {
     plan: Vec<(u32, u32)>,
     /// Runs of `plan` sharing one output row: (row, end of the run in `plan`).
     groups: Vec<(u32, u32)>,
+    /// The batch's [`row_step_cap`].
+    cap: u64,
+    /// Input positions sorted by word: word << 32 | position.
+    input_keys: Vec<u64>,
+    /// Per input position: the scale of its Δu (see [`input_step_scales`]).
+    input_scale: Vec<f32>,
 }
 
 impl Targets {
-    /// Groups `ids` by output row into `plan` and `groups`.
-    fn group(&mut self, context_counts: &[u32], per_pair: usize) {
+    /// Groups `ids` by output row into `plan` and `groups`, and the inputs
+    /// by word into their step scales.
+    fn group(&mut self, inputs: &[u32], context_counts: &[u32], per_pair: usize) {
+        self.inputs.clear();
+        self.inputs.extend_from_slice(inputs);
         self.context_counts.clear();
         self.context_counts.extend_from_slice(context_counts);
+        self.cap = row_step_cap(context_counts, per_pair as u32 - 1);
+        input_step_scales(
+            inputs,
+            context_counts,
+            per_pair as u64,
+            self.cap,
+            &mut self.input_keys,
+            &mut self.input_scale,
+        );
         self.input_of_pair.clear();
         for (p, &c) in context_counts.iter().enumerate() {
             self.input_of_pair
@@ -415,13 +430,14 @@ impl Model {
     }
 
     /// The targets `dotprod` drew for `b` if still cached and consistent
-    /// with `b` (same seed and positives, hence the same negatives), else
-    /// drawn again.
+    /// with `b` (same seed and positives, hence the same negatives; same
+    /// inputs, hence the same step scales), else drawn again.
     fn cached_targets(&self, b: &Batch<'_>, pairs: usize, targets: &mut Targets) {
         let per_pair = self.spec.model.negative as usize + 1;
         if let Some((_, cached)) = self.recent_targets.remove(&b.seed) {
             let consistent = cached.ids.len() == pairs * per_pair
                 && cached.context_counts == b.context_counts
+                && cached.inputs == b.inputs
                 && cached.ids.iter().step_by(per_pair).eq(b.outputs.iter());
             if consistent {
                 *targets = cached;
@@ -487,25 +503,16 @@ impl Model {
             s.dots.push(g_pos);
             s.dots.extend_from_slice(&g_neg[..n]);
         }
-        let cap = row_step_cap(b.context_counts, self.spec.model.negative);
-        input_step_scales(
-            b.inputs,
-            b.context_counts,
-            n as u64 + 1,
-            cap,
-            &mut s.input_keys,
-            &mut s.input_scale,
-        );
         adjust_loop(
             AdjustWork {
                 u: &self.u,
                 v: &self.v,
                 inputs: b.inputs,
-                input_scale: &s.input_scale,
+                input_scale: &targets.input_scale,
                 plan: &targets.plan,
                 groups: &targets.groups,
                 weights: &s.dots,
-                cap,
+                cap: targets.cap,
             },
             &mut s.u_rows,
             &mut s.u_delta,
@@ -522,6 +529,7 @@ impl Model {
             || t.seed != b.seed
             || t.ids.len() != pairs * per_pair
             || t.context_counts != b.context_counts
+            || t.inputs != b.inputs
         {
             return Err(invalid(format!(
                 "targets drawn for model {:016x} seed {} ({} ids) do not belong to this batch \
@@ -552,7 +560,7 @@ impl Model {
             t.ids.push(w_out);
             t.ids.extend_from_slice(&t.negs);
         }
-        t.group(b.context_counts, n + 1);
+        t.group(b.inputs, b.context_counts, n + 1);
         t.fingerprint = self.fingerprint;
         t.seed = b.seed;
     }
