@@ -3,8 +3,8 @@
 //! variable (compose and Kubernetes set env most easily).
 
 use crate::preflight::{available_memory, check_corpus, human_bytes, shard_bytes};
-use crate::shards::{connect_all, create_model, model_spec, EmbeddedCluster};
-use crate::train::{report, train, train_in_process, Progress, TrainParams, TrainSummary};
+use crate::shards::{connect_all, create_model, model_spec, EmbeddedCluster, GrpcShards};
+use crate::train::{report, train, Progress, TrainParams, TrainSummary};
 use anyhow::{bail, Context};
 use clap::{Args, Parser, Subcommand};
 use colonnade_common::corpus::{InvalidUtf8, DEFAULT_MAX_SENTENCE};
@@ -12,6 +12,7 @@ use colonnade_common::vocab::{Counter, Vocab};
 use colonnade_exporter::cli::{ExportArgs, OutputArgs};
 use colonnade_exporter::outputs::{check_outputs, FlagPath};
 use colonnade_exporter::{export, ShardHandle};
+use colonnade_ps_shard::InProcessShards;
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -337,29 +338,26 @@ pub async fn run_train(args: TrainArgs) -> anyhow::Result<TrainSummary> {
         expected,
         std::io::stderr().is_terminal(),
     ));
+    let corpus = args.corpus.clone();
     let result = match embedded.as_ref().filter(|_| in_process) {
         Some(cluster) => {
-            let models = cluster
-                .shards
-                .iter()
-                .map(|s| s.core.model(fingerprint))
-                .collect::<Result<Vec<_>, _>>()
-                .context("embedded shard lost its model")?;
-            train_in_process(
-                models,
+            let cores: Vec<_> = cluster.shards.iter().map(|s| Arc::clone(&s.core)).collect();
+            let shards = InProcessShards::new(&cores, fingerprint)?;
+            train(
+                shards,
                 Arc::clone(&vocab),
-                args.corpus.clone(),
+                corpus,
                 params.clone(),
                 Arc::clone(&progress),
             )
             .await
         }
         None => {
+            let shards = GrpcShards::new(shards, fingerprint, args.negative);
             train(
                 shards,
-                fingerprint,
                 Arc::clone(&vocab),
-                args.corpus.clone(),
+                corpus,
                 params.clone(),
                 Arc::clone(&progress),
             )

@@ -1,6 +1,8 @@
 //! The Colonnade client (`colonnade`): a stateless worker that reads its part of
-//! the corpus, forms minibatches ([`batch`]), drives the shards through
-//! `dotprod`/`adjust` ([`train`], over [`shards::ShardApi`]) and exports the
+//! the corpus into its one minibatch stream ([`stream`]), steps every
+//! minibatch through the model's shards with the SGNS step ([`train`], over
+//! [`colonnade_proto::ModelShards`]: [`shards::GrpcShards`] or the in-process
+//! `colonnade_ps_shard::InProcessShards`) and exports the
 //! result; plus the `vocab` and `export` commands ([`cli`]), and the commands
 //! that use trained vectors: `eval` ([`eval`]: analogies and word-pair
 //! similarity, gensim-compatible) and `similar` ([`similar`]: exact nearest
@@ -10,7 +12,6 @@
 //! While training it holds no model state: every vector lives on the shards. It must never
 //! send vectors or gradients, only word ids, seeds and weights.
 
-pub mod batch;
 pub mod cli;
 pub mod eval;
 pub mod health;
@@ -19,5 +20,6 @@ pub mod models;
 pub mod preflight;
 pub mod shards;
 pub mod similar;
+pub mod stream;
 pub mod train;
 pub mod vectors;

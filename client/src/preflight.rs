@@ -4,7 +4,7 @@
 
 use anyhow::bail;
 use colonnade_common::model::{column_range, ModelSpec};
-use colonnade_ps_shard::core::ShardSpec;
+use colonnade_proto::ShardSpec;
 use std::path::{Path, PathBuf};
 
 /// Whether `path` can be read more than once: a regular file (or a symlink to

@@ -1,44 +1,26 @@
-//! How the client reaches shards: the [`ShardApi`] trait, implemented over
-//! gRPC ([`GrpcShard`]) and in process without sockets ([`LocalShard`], which
-//! calls the same tonic service the server runs), so the training logic is
-//! tested both ways. Also starting embedded shards and creating the model.
+//! Shards over gRPC: connecting ([`connect_all`]), creating the model on
+//! every shard ([`create_model`]), and [`GrpcShards`], the gRPC side of the
+//! training boundary ([`ModelShards`]): each call is broadcast to every shard
+//! at once and the partial dot products summed in shard order. Also starting
+//! embedded shards ([`EmbeddedCluster`]).
 
 use anyhow::{bail, Context};
 use colonnade_common::model::{column_range, ModelSpec};
 use colonnade_common::vocab::Vocab;
 use colonnade_proto::v1::shard_client::ShardClient;
-use colonnade_proto::v1::shard_server::Shard;
-use colonnade_proto::v1::{
-    self, AdjustRequest, CreateModelChunk, DotprodRequest, DotprodResponse, StatusRequest,
-    StatusResponse,
+use colonnade_proto::v1::{self, AdjustRequest, CreateModelChunk, DotprodRequest};
+use colonnade_proto::{
+    connect, decode_f32_into, encode_f32, encode_u64, CallError, Minibatch, MinibatchId,
+    ModelShards, ShardSpec,
 };
-use colonnade_proto::{connect, encode_u64};
-use colonnade_ps_shard::service::ShardService;
-use colonnade_ps_shard::{ShardCore, SpawnedShard};
-use std::future::Future;
+use colonnade_ps_shard::SpawnedShard;
+use prost::Message;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tonic::transport::Channel;
-use tonic::{Request, Status};
 
 /// Words per CreateModel chunk (8 MiB of counts).
 const COUNTS_PER_CHUNK: usize = 1 << 20;
-
-/// One shard as the trainer sees it.
-pub trait ShardApi: Clone + Send + Sync + 'static {
-    /// The shard's name in error messages.
-    fn name(&self) -> &str;
-    fn dotprod(
-        &self,
-        req: DotprodRequest,
-    ) -> impl Future<Output = Result<DotprodResponse, Status>> + Send;
-    fn adjust(&self, req: AdjustRequest) -> impl Future<Output = Result<(), Status>> + Send;
-    fn create_model(
-        &self,
-        chunks: Vec<CreateModelChunk>,
-    ) -> impl Future<Output = Result<v1::CreateModelResponse, Status>> + Send;
-    fn status(&self) -> impl Future<Output = Result<StatusResponse, Status>> + Send;
-}
 
 /// A shard reached over gRPC.
 #[derive(Clone)]
@@ -169,111 +151,122 @@ pub async fn connect_all(
     }
 }
 
-impl ShardApi for GrpcShard {
-    fn name(&self) -> &str {
-        &self.endpoint
-    }
-
-    async fn dotprod(&self, req: DotprodRequest) -> Result<DotprodResponse, Status> {
-        Ok(self.client.clone().dotprod(req).await?.into_inner())
-    }
-
-    async fn adjust(&self, req: AdjustRequest) -> Result<(), Status> {
-        self.client.clone().adjust(req).await.map(|_| ())
-    }
-
-    async fn create_model(
-        &self,
-        chunks: Vec<CreateModelChunk>,
-    ) -> Result<v1::CreateModelResponse, Status> {
-        Ok(self
-            .client
-            .clone()
-            .create_model(tokio_stream_iter(chunks))
-            .await?
-            .into_inner())
-    }
-
-    async fn status(&self) -> Result<StatusResponse, Status> {
-        Ok(self
-            .client
-            .clone()
-            .status(StatusRequest {})
-            .await?
-            .into_inner())
-    }
+/// The gRPC side of the training boundary: one pipeline's handle on the
+/// shards of model `fingerprint`, in shard order. It encodes a minibatch
+/// once for `dotprod` and keeps it for the `adjust` that follows.
+pub struct GrpcShards {
+    shards: Arc<[GrpcShard]>,
+    fingerprint: u64,
+    negative: usize,
+    /// The last minibatch's wire form, from its `dotprod` for its `adjust`.
+    wire: Option<(MinibatchId, u64, v1::Minibatch)>,
+    part: Vec<f32>,
+    sent: u64,
+    received: u64,
 }
 
-fn tokio_stream_iter<T: Send + 'static>(
-    items: Vec<T>,
-) -> impl futures::Stream<Item = T> + Send + 'static {
-    futures::stream::iter(items)
-}
-
-/// A shard in this process, called through its tonic service without sockets.
-#[derive(Clone)]
-pub struct LocalShard {
-    name: String,
-    service: Arc<ShardService>,
-}
-
-impl LocalShard {
-    pub fn new(name: impl Into<String>, core: Arc<ShardCore>, threads: usize) -> Self {
+impl GrpcShards {
+    pub fn new(shards: Vec<GrpcShard>, fingerprint: u64, negative: u32) -> Self {
         Self {
-            name: name.into(),
-            service: Arc::new(ShardService::new(core, threads)),
+            shards: shards.into(),
+            fingerprint,
+            negative: negative as usize,
+            wire: None,
+            part: Vec::new(),
+            sent: 0,
+            received: 0,
         }
+    }
+
+    fn wire(&mut self, mb: &Minibatch) -> v1::Minibatch {
+        match self.wire.take() {
+            Some((id, seed, wire)) if id == mb.id && seed == mb.seed => wire,
+            _ => mb.to_wire(self.fingerprint),
+        }
+    }
+
+    fn failed(&self, i: usize, call: &'static str, status: &tonic::Status) -> CallError {
+        CallError::from_status(&self.shards[i].endpoint, i, self.shards.len(), call, status)
     }
 }
 
-impl ShardApi for LocalShard {
-    fn name(&self) -> &str {
-        &self.name
-    }
+impl ModelShards for GrpcShards {
+    const BLOCKING: bool = false;
 
-    async fn dotprod(&self, req: DotprodRequest) -> Result<DotprodResponse, Status> {
-        Ok(Shard::dotprod(&*self.service, Request::new(req))
-            .await?
-            .into_inner())
-    }
-
-    async fn adjust(&self, req: AdjustRequest) -> Result<(), Status> {
-        Shard::adjust(&*self.service, Request::new(req))
-            .await
-            .map(|_| ())
-    }
-
-    async fn create_model(
-        &self,
-        chunks: Vec<CreateModelChunk>,
-    ) -> Result<v1::CreateModelResponse, Status> {
-        // The service takes a tonic stream; go through the core directly with
-        // the same validation the service applies.
-        let spec = chunks
-            .first()
-            .and_then(|c| c.spec)
-            .ok_or_else(|| Status::invalid_argument("field `spec` is missing"))?;
-        let mut counts = Vec::new();
-        for c in &chunks {
-            counts.extend(
-                colonnade_proto::decode_u64("counts", &c.counts)
-                    .map_err(|e| Status::invalid_argument(e.to_string()))?,
-            );
+    fn pipeline(&self) -> Self {
+        Self {
+            shards: Arc::clone(&self.shards),
+            fingerprint: self.fingerprint,
+            negative: self.negative,
+            wire: None,
+            part: Vec::new(),
+            sent: 0,
+            received: 0,
         }
-        let spec = colonnade_ps_shard::service::spec_from_wire(&spec);
-        let created = self.service.core().create_model(spec, &counts)?;
-        Ok(v1::CreateModelResponse {
-            model_fingerprint: created.fingerprint,
-            existed: created.existed,
-        })
     }
 
-    async fn status(&self) -> Result<StatusResponse, Status> {
-        Ok(
-            Shard::status(&*self.service, Request::new(StatusRequest {}))
-                .await?
-                .into_inner(),
-        )
+    fn negative(&self) -> usize {
+        self.negative
+    }
+
+    async fn dotprod(&mut self, mb: &Minibatch, dots: &mut Vec<f32>) -> Result<(), CallError> {
+        let batch = self.wire(mb);
+        let req = DotprodRequest {
+            batch: Some(batch.clone()),
+        };
+        self.sent += req.encoded_len() as u64 * self.shards.len() as u64;
+        let responses = futures::future::join_all(self.shards.iter().map(|s| {
+            let (mut client, req) = (s.client.clone(), req.clone());
+            async move { client.dotprod(req).await }
+        }))
+        .await;
+        let expected = mb.pairs() * (self.negative + 1);
+        for (i, resp) in responses.into_iter().enumerate() {
+            let resp = resp
+                .map_err(|e| self.failed(i, "dotprod", &e))?
+                .into_inner();
+            self.received += resp.encoded_len() as u64;
+            let out = if i == 0 { &mut *dots } else { &mut self.part };
+            let checked = match decode_f32_into("dots", &resp.dots, out) {
+                Err(e) => Err(e.to_string()),
+                Ok(()) if out.len() != expected => {
+                    Err(format!("{} dot products, expected {expected}", out.len()))
+                }
+                Ok(()) => Ok(()),
+            };
+            if let Err(msg) = checked {
+                let status = tonic::Status::internal(format!("bad response: {msg}"));
+                return Err(self.failed(i, "dotprod", &status));
+            }
+            if i > 0 {
+                for (acc, x) in dots.iter_mut().zip(&self.part) {
+                    *acc += x;
+                }
+            }
+        }
+        self.wire = Some((mb.id, mb.seed, batch));
+        Ok(())
+    }
+
+    async fn adjust(&mut self, mb: &Minibatch, weights: &[f32]) -> Result<(), CallError> {
+        let req = AdjustRequest {
+            batch: Some(self.wire(mb)),
+            weights: encode_f32(weights),
+        };
+        self.sent += req.encoded_len() as u64 * self.shards.len() as u64;
+        let results = futures::future::join_all(self.shards.iter().map(|s| {
+            let (mut client, req) = (s.client.clone(), req.clone());
+            async move { client.adjust(req).await }
+        }))
+        .await;
+        for (i, res) in results.into_iter().enumerate() {
+            res.map_err(|e| self.failed(i, "adjust", &e))?;
+        }
+        Ok(())
+    }
+
+    fn wire_bytes(&self) -> (u64, u64) {
+        (self.sent, self.received)
     }
 }
 
@@ -329,8 +322,8 @@ pub fn model_spec(
 
 /// Creates (or attaches to) the model on every shard, shard i holding columns
 /// `column_range(dim, S, i)`; checks every shard reports the expected fingerprint.
-pub async fn create_model<S: ShardApi>(
-    shards: &[S],
+pub async fn create_model(
+    shards: &[GrpcShard],
     spec: &ModelSpec,
     vocab: &Vocab,
 ) -> anyhow::Result<u64> {
@@ -341,15 +334,10 @@ pub async fn create_model<S: ShardApi>(
     let mut existed = Vec::new();
     for (i, shard) in shards.iter().enumerate() {
         let cols = column_range(spec.dim, shards.len() as u32, i as u32);
-        let wire_spec = v1::ModelSpec {
-            vocab_fingerprint: spec.vocab_fingerprint,
-            vocab_size: spec.vocab_size,
-            dim: spec.dim,
+        let shard_spec = ShardSpec {
+            model: spec.clone(),
             col_start: cols.start,
             col_end: cols.end,
-            negative: spec.negative,
-            sampling_power: spec.sampling_power,
-            init_seed: spec.init_seed,
         };
         let mut chunks: Vec<CreateModelChunk> = vocab
             .counts()
@@ -362,19 +350,25 @@ pub async fn create_model<S: ShardApi>(
             })
             .collect();
         if let Some(first) = chunks.first_mut() {
-            first.spec = Some(wire_spec);
+            first.spec = Some(v1::ModelSpec::from(&shard_spec));
         }
-        let resp = shard.create_model(chunks).await.with_context(|| {
-            format!(
-                "shard {} (shard {i} of {}): create model failed",
-                shard.name(),
-                shards.len()
-            )
-        })?;
+        let resp = shard
+            .client
+            .clone()
+            .create_model(futures::stream::iter(chunks))
+            .await
+            .map(tonic::Response::into_inner)
+            .with_context(|| {
+                format!(
+                    "shard {} (shard {i} of {}): create model failed",
+                    shard.endpoint,
+                    shards.len()
+                )
+            })?;
         if resp.model_fingerprint != expected {
             bail!(
                 "shard {} reports model fingerprint {:016x}, this client computes {expected:016x}: client and shard disagree on the model",
-                shard.name(),
+                shard.endpoint,
                 resp.model_fingerprint
             );
         }

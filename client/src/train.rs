@@ -1,29 +1,18 @@
-//! The training loop of one client (paper Fig. 7): a reader thread streams this
-//! worker's sentences in jobs of ~10,000 words; `concurrency` pipelines each
-//! turn sentences into minibatches (spanning sentences) and, per minibatch,
-//! broadcast `dotprod`, sum the partial dot products in shard order, compute the
-//! weights α(1−σ(F⁺)) and −ασ(F⁻) and broadcast `adjust` with the same seed.
-//! A [`Pipeline`] is how one minibatch reaches the shards: over [`ShardApi`]
-//! (gRPC, async tasks) or by calling shards held in this process directly
-//! (blocking threads, no encoding, negatives drawn once for all shards).
-//! The learning rate decays linearly over all epochs; a minibatch's rate is
-//! taken when it is sent, from the in-vocabulary words of every sentence added
-//! to any task's minibatches so far.
+//! The training loop of one client (paper Fig. 7): the worker's one
+//! minibatch stream ([`crate::stream`], a reader thread) feeds `concurrency`
+//! pipelines, and each pipeline steps minibatches through a model's shards
+//! ([`ModelShards`]: in process or over gRPC) with the one SGNS step:
+//! `dotprod` on every shard, the partial dot products summed in shard order,
+//! the weights α(1−σ(F⁺)) and −ασ(F⁻) (and the loss) computed here, then
+//! `adjust` on every shard with the same seed.
 
-use crate::batch::{BatchFormer, MiniBatch};
-use crate::shards::ShardApi;
+use crate::stream::{form_minibatches, BatchFormer, Job, Schedule, StreamParams};
 use anyhow::{bail, Context};
-use colonnade_common::corpus::{InvalidUtf8, SentenceReader, INVALID_UTF8_WARNINGS};
+use colonnade_common::corpus::InvalidUtf8;
 use colonnade_common::kernels::dot;
-use colonnade_common::sgns::{
-    keep_threshold, learning_rate, neg_log_sigmoid, negative_weight, positive_weight,
-};
+use colonnade_common::sgns::{keep_threshold, neg_log_sigmoid, negative_weight, positive_weight};
 use colonnade_common::vocab::Vocab;
-use colonnade_proto::v1::{self, AdjustRequest, DotprodRequest};
-use colonnade_proto::{decode_f32_into, encode_f32, encode_u32};
-use colonnade_ps_shard::core::{Batch, Model, Scratch, ShardError, Targets};
-use prost::Message;
-use std::future::Future;
+use colonnade_proto::{Minibatch, ModelShards};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
@@ -83,8 +72,10 @@ impl Progress {
     }
 
     /// Counts one trained minibatch, with its loss and pair count if sampled.
-    fn record(&self, mb: &MiniBatch, sent: u64, received: u64, loss: Option<(f64, usize)>) {
+    fn record(&self, mb: &Minibatch, sent: u64, received: u64, loss: Option<(f64, usize)>) {
         self.pairs.fetch_add(mb.pairs() as u64, Relaxed);
+        self.alpha_bits
+            .store(u64::from(mb.alpha.to_bits()), Relaxed);
         self.minibatches.fetch_add(1, Relaxed);
         self.bytes_sent.fetch_add(sent, Relaxed);
         self.bytes_received.fetch_add(received, Relaxed);
@@ -94,7 +85,7 @@ impl Progress {
                 r.1 += n as u64;
             }
             if let Ok(mut e) = self.epoch_loss.lock() {
-                let epoch = mb.epoch as usize;
+                let epoch = mb.id.epoch as usize;
                 if e.len() <= epoch {
                     e.resize(epoch + 1, (0.0, 0));
                 }
@@ -152,82 +143,14 @@ pub struct TrainSummary {
     pub progress_reached: Option<f64>,
 }
 
-/// In-vocabulary words per job sent from the reader to the training tasks.
-const JOB_WORDS: usize = 10_000;
-
-/// Consecutive sentences of this worker, for one training task.
-#[derive(Default)]
-struct Job {
-    epoch: u64,
-    /// Per sentence: its index in the epoch, its token count (in and out of
-    /// vocabulary) and its in-vocabulary ids, in order.
-    sentences: Vec<(u64, u64, Vec<u32>)>,
-    words: usize,
-}
-
-/// Trains on `corpus` through `shards` (in shard order) for the model `fingerprint`.
-pub async fn train<S: ShardApi>(
-    shards: Vec<S>,
-    fingerprint: u64,
+/// Trains on `corpus` through `shards` (a handle on the model's shards;
+/// each pipeline gets its own from [`ModelShards::pipeline`]).
+pub async fn train<S: ModelShards>(
+    shards: S,
     vocab: Arc<Vocab>,
     corpus: Vec<PathBuf>,
     params: TrainParams,
     progress: Arc<Progress>,
-) -> anyhow::Result<TrainSummary> {
-    if shards.is_empty() {
-        bail!("no shards to train with");
-    }
-    let shards = Arc::new(shards);
-    let negative = params.negative as usize;
-    let pipeline = |_| RemotePipeline {
-        shards: Arc::clone(&shards),
-        fingerprint,
-        negative,
-        bufs: Buffers::default(),
-    };
-    run(vocab, corpus, params, progress, pipeline).await
-}
-
-/// Trains on `corpus` with shards held in this process, `models[i]` being
-/// shard i's slice of one model (all with the same fingerprint).
-pub async fn train_in_process(
-    models: Vec<Arc<Model>>,
-    vocab: Arc<Vocab>,
-    corpus: Vec<PathBuf>,
-    params: TrainParams,
-    progress: Arc<Progress>,
-) -> anyhow::Result<TrainSummary> {
-    let Some(first) = models.first() else {
-        bail!("no shards to train with");
-    };
-    if let Some((i, m)) = models
-        .iter()
-        .enumerate()
-        .find(|(_, m)| m.fingerprint != first.fingerprint)
-    {
-        bail!(
-            "embedded shard {i} holds model {:016x}, shard 0 holds {:016x}",
-            m.fingerprint,
-            first.fingerprint
-        );
-    }
-    let models: Arc<[Arc<Model>]> = models.into();
-    let pipeline = |_| LocalPipeline {
-        models: Arc::clone(&models),
-        scratch: Scratch::default(),
-        targets: Targets::default(),
-        bufs: Buffers::default(),
-    };
-    run(vocab, corpus, params, progress, pipeline).await
-}
-
-/// The reader thread and `params.concurrency` pipelines made by `pipeline(i)`.
-async fn run<P: Pipeline>(
-    vocab: Arc<Vocab>,
-    corpus: Vec<PathBuf>,
-    params: TrainParams,
-    progress: Arc<Progress>,
-    pipeline: impl Fn(usize) -> P,
 ) -> anyhow::Result<TrainSummary> {
     if params.num_workers == 0 || params.worker_index >= params.num_workers {
         bail!(
@@ -236,14 +159,24 @@ async fn run<P: Pipeline>(
             params.num_workers
         );
     }
+    if shards.negative() != params.negative as usize {
+        bail!(
+            "the shards' model has {} negatives, training asks for {}",
+            shards.negative(),
+            params.negative
+        );
+    }
     let total = vocab.total_count();
     let keep: Arc<[u32]> = vocab
         .counts()
         .iter()
         .map(|&c| keep_threshold(c, total, params.sample))
         .collect();
-    // This worker's share of all epochs' words, for the learning-rate schedule.
-    let words_total = u64::from(params.iter) * total / params.num_workers;
+    let schedule = Schedule {
+        alpha0: params.alpha,
+        // This worker's share of all epochs' words.
+        words_total: u64::from(params.iter) * total / params.num_workers,
+    };
     let concurrency = params.concurrency.max(1);
     let (tx, rx) = async_channel::bounded::<Job>(concurrency * 2);
     let start = Instant::now();
@@ -253,38 +186,40 @@ async fn run<P: Pipeline>(
 
     let reader = {
         let vocab = Arc::clone(&vocab);
-        let params = params.clone();
-        std::thread::Builder::new()
-            .name("corpus-reader".into())
-            .spawn(move || read_corpus(&corpus, &vocab, &params, &tx))
-            .context("cannot start the corpus reader thread")?
-    };
-
-    let schedule = Schedule {
-        alpha0: params.alpha,
-        words_total,
-    };
-    let mut tasks = tokio::task::JoinSet::new();
-    for i in 0..concurrency {
         let former = BatchFormer::new(
-            Arc::clone(&keep),
+            keep,
             params.window,
             params.minibatch,
             params.seed,
-        );
-        let work = worker(
-            rx.clone(),
-            former,
+            params.worker_index,
             schedule,
-            pipeline(i),
-            Arc::clone(&progress),
         );
-        if P::BLOCKING {
+        let stream = StreamParams {
+            corpus,
+            iter: params.iter,
+            worker_index: params.worker_index,
+            num_workers: params.num_workers,
+            max_sentence: params.max_sentence,
+            invalid_utf8: params.invalid_utf8,
+        };
+        std::thread::Builder::new()
+            .name("minibatch-stream".into())
+            .spawn(move || {
+                form_minibatches(&stream, &vocab, former, |job| tx.send_blocking(job).is_ok())
+            })
+            .context("cannot start the corpus reader thread")?
+    };
+
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..concurrency {
+        let work = pipeline(rx.clone(), shards.pipeline(), Arc::clone(&progress));
+        if S::BLOCKING {
             tasks.spawn_blocking(move || futures::executor::block_on(work));
         } else {
             tasks.spawn(work);
         }
     }
+    drop(shards);
     let mut failure = None;
     while let Some(res) = tasks.join_next().await {
         let err = match res {
@@ -328,146 +263,84 @@ async fn run<P: Pipeline>(
     })
 }
 
-/// One training pipeline: turns jobs into minibatches and steps them.
-async fn worker<P: Pipeline>(
+/// One training pipeline: takes jobs of the stream and steps their minibatches.
+async fn pipeline<S: ModelShards>(
     rx: async_channel::Receiver<Job>,
-    mut former: BatchFormer,
-    schedule: Schedule,
-    mut pipeline: P,
+    mut shards: S,
     progress: Arc<Progress>,
 ) -> anyhow::Result<()> {
-    let mut batches = Vec::new();
+    let mut sgns = Sgns::new(shards.negative());
     while let Ok(job) = rx.recv().await {
-        for (sentence, tokens, ids) in &job.sentences {
-            batches.clear();
-            let kept = former.add_sentence(job.epoch, *sentence, ids, &mut batches);
-            progress.tokens.fetch_add(*tokens, Relaxed);
-            progress.words.fetch_add(ids.len() as u64, Relaxed);
-            progress.trained_words.fetch_add(kept as u64, Relaxed);
-            for mb in &batches {
-                pipeline
-                    .step(mb, schedule.alpha(&progress), &progress)
-                    .await?;
-            }
+        progress.tokens.fetch_add(job.tokens, Relaxed);
+        progress.words.fetch_add(job.words, Relaxed);
+        progress.trained_words.fetch_add(job.trained_words, Relaxed);
+        for mb in &job.minibatches {
+            sgns.step(&mut shards, mb, &progress).await?;
         }
-    }
-    batches.clear();
-    former.flush(&mut batches);
-    for mb in &batches {
-        pipeline
-            .step(mb, schedule.alpha(&progress), &progress)
-            .await?;
     }
     Ok(())
 }
 
-/// Streams this worker's sentences of every epoch into the channel.
-fn read_corpus(
-    corpus: &[PathBuf],
-    vocab: &Vocab,
-    p: &TrainParams,
-    tx: &async_channel::Sender<Job>,
-) -> anyhow::Result<u64> {
-    let send = |job: Job| tx.send_blocking(job).is_ok();
-    // Sentences skipped for invalid UTF-8 in the first epoch (the same ones
-    // are skipped in every epoch; only the first epoch logs them).
-    let mut skipped = 0u64;
-    for epoch in 0..u64::from(p.iter) {
-        let mut sentence = 0u64;
-        let mut job = Job {
-            epoch,
-            ..Job::default()
-        };
-        for path in corpus {
-            let warnings = if epoch == 0 {
-                INVALID_UTF8_WARNINGS.saturating_sub(skipped)
-            } else {
-                0
-            };
-            let mut reader = SentenceReader::open(path, p.max_sentence)?
-                .invalid_utf8(p.invalid_utf8)
-                .warn_limit(warnings);
-            while let Some(s) = reader.next_sentence()? {
-                let index = sentence;
-                sentence += 1;
-                if index % p.num_workers != p.worker_index {
-                    continue;
-                }
-                let ids: Vec<u32> = s.tokens().filter_map(|t| vocab.id(t)).collect();
-                job.words += ids.len();
-                job.sentences.push((index, s.len() as u64, ids));
-                if job.words >= JOB_WORDS
-                    && !send(std::mem::replace(
-                        &mut job,
-                        Job {
-                            epoch,
-                            ..Job::default()
-                        },
-                    ))
-                {
-                    return Ok(skipped); // training stopped; its error is reported instead
-                }
-            }
-            if epoch == 0 {
-                skipped += reader.skipped();
-            }
-        }
-        if !job.sentences.is_empty() && !send(job) {
-            return Ok(skipped);
-        }
-    }
-    Ok(skipped)
-}
-
-#[derive(Default)]
-struct Buffers {
-    f_pos: Vec<f32>,
-    f_neg: Vec<f32>,
-    part: Vec<f32>,
-    part_neg: Vec<f32>,
-    g_pos: Vec<f32>,
-    g_neg: Vec<f32>,
+/// The SGNS step of one pipeline, and its buffers.
+struct Sgns {
+    /// Per pair: 1 + negatives dot products (pair-major).
+    per_pair: usize,
+    dots: Vec<f32>,
+    weights: Vec<f32>,
     /// Minibatches this pipeline has stepped.
     steps: u64,
 }
 
-impl Buffers {
-    /// Zeroes the dot-product sums for `pairs` pairs.
-    fn zero_dots(&mut self, pairs: usize, negative: usize) {
-        self.f_pos.clear();
-        self.f_pos.resize(pairs, 0.0);
-        self.f_neg.clear();
-        self.f_neg.resize(pairs * negative, 0.0);
+impl Sgns {
+    fn new(negative: usize) -> Self {
+        Self {
+            per_pair: negative + 1,
+            dots: Vec::new(),
+            weights: Vec::new(),
+            steps: 0,
+        }
     }
 
-    /// The weights α(1−σ(F⁺)) and −ασ(F⁻) of the summed dot products. Every
-    /// [`LOSS_EVERY`]th minibatch of a pipeline (`minibatch % LOSS_EVERY ==
-    /// 0`) also returns its loss and pair count, for the progress display: the
+    /// dotprod → weights and loss → adjust, for one minibatch.
+    async fn step<S: ModelShards>(
+        &mut self,
+        shards: &mut S,
+        mb: &Minibatch,
+        progress: &Progress,
+    ) -> anyhow::Result<()> {
+        let (sent0, received0) = shards.wire_bytes();
+        shards.dotprod(mb, &mut self.dots).await?;
+        let loss = self.weights(mb)?;
+        shards.adjust(mb, &self.weights).await?;
+        let (sent, received) = shards.wire_bytes();
+        progress.record(mb, sent - sent0, received - received0, loss);
+        Ok(())
+    }
+
+    /// The weights α(1−σ(F⁺)) and −ασ(F⁻) of the summed dot products, laid
+    /// out as they are. Every [`LOSS_EVERY`]th minibatch of a pipeline also
+    /// returns its loss and pair count, for the progress display: the
     /// logarithms cost ~4 % of a run's CPU when taken for every pair.
     /// Fails, naming `mb`, when a dot product is not finite or beyond
     /// [`DIVERGED_DOT`]: the model has diverged, and training on would only
     /// spread garbage (or NaN) through it.
-    fn weights(
-        &mut self,
-        mb: &MiniBatch,
-        alpha: f32,
-        minibatch: u64,
-    ) -> anyhow::Result<Option<(f64, usize)>> {
+    fn weights(&mut self, mb: &Minibatch) -> anyhow::Result<Option<(f64, usize)>> {
+        let (alpha, per_pair, dots) = (mb.alpha, self.per_pair, &self.dots);
+        if dots.len() != mb.pairs() * per_pair {
+            bail!(
+                "the shards returned {} dot products for {} pairs × {per_pair}",
+                dots.len(),
+                mb.pairs()
+            );
+        }
         // Σ F² (SIMD): NaN or ∞ if any dot product is, and above
         // DIVERGED_DOT² if one is larger than DIVERGED_DOT.
-        let energy = dot(&self.f_pos, &self.f_pos) + dot(&self.f_neg, &self.f_neg);
+        let energy = dot(dots, dots);
         if !(energy.is_finite() && energy <= DIVERGED_DOT * DIVERGED_DOT) {
-            let largest = self
-                .f_pos
+            let largest = dots
                 .iter()
-                .chain(&self.f_neg)
                 .find(|f| !f.is_finite())
-                .or_else(|| {
-                    self.f_pos
-                        .iter()
-                        .chain(&self.f_neg)
-                        .max_by(|a, b| a.abs().total_cmp(&b.abs()))
-                })
+                .or_else(|| dots.iter().max_by(|a, b| a.abs().total_cmp(&b.abs())))
                 .copied()
                 .unwrap_or(f32::NAN);
             bail!(
@@ -478,23 +351,25 @@ impl Buffers {
                 mb.origin()
             );
         }
-        self.g_pos.clear();
-        self.g_neg.clear();
-        self.g_pos
-            .extend(self.f_pos.iter().map(|&f| positive_weight(alpha, f)));
-        self.g_neg
-            .extend(self.f_neg.iter().map(|&f| negative_weight(alpha, f)));
-        if minibatch % LOSS_EVERY != 0 {
+        self.weights.clear();
+        for pair in dots.chunks_exact(per_pair) {
+            self.weights.push(positive_weight(alpha, pair[0]));
+            self.weights
+                .extend(pair[1..].iter().map(|&f| negative_weight(alpha, f)));
+        }
+        let sampled = self.steps % LOSS_EVERY == 0;
+        self.steps += 1;
+        if !sampled {
             return Ok(None);
         }
         let mut loss = 0.0f64;
-        for &f in &self.f_pos {
-            loss += f64::from(neg_log_sigmoid(f));
+        for pair in dots.chunks_exact(per_pair) {
+            loss += f64::from(neg_log_sigmoid(pair[0]));
+            for &f in &pair[1..] {
+                loss += f64::from(neg_log_sigmoid(-f));
+            }
         }
-        for &f in &self.f_neg {
-            loss += f64::from(neg_log_sigmoid(-f));
-        }
-        Ok(Some((loss, self.f_pos.len())))
+        Ok(Some((loss, mb.pairs())))
     }
 }
 
@@ -505,194 +380,6 @@ const DIVERGED_DOT: f32 = 1e4;
 
 /// One minibatch in this many (per pipeline) has its loss computed.
 const LOSS_EVERY: u64 = 16;
-
-fn shard_error(
-    name: &str,
-    index: usize,
-    count: usize,
-    call: &str,
-    status: tonic::Status,
-) -> anyhow::Error {
-    anyhow::anyhow!(
-        "shard {name} (shard {index} of {count}): {call} failed: {}: {}",
-        status.code(),
-        status.message()
-    )
-}
-
-/// word2vec's learning-rate schedule over this worker's share of all epochs.
-#[derive(Clone, Copy)]
-struct Schedule {
-    alpha0: f32,
-    words_total: u64,
-}
-
-impl Schedule {
-    /// The rate for the next minibatch, from the words processed so far.
-    fn alpha(self, progress: &Progress) -> f32 {
-        let alpha = learning_rate(self.alpha0, progress.words.load(Relaxed), self.words_total);
-        progress
-            .alpha_bits
-            .store(u64::from(alpha.to_bits()), Relaxed);
-        alpha
-    }
-}
-
-/// How one minibatch reaches the shards: dotprod on every shard, partial dots
-/// summed in shard order, weights on the client, adjust on every shard.
-pub trait Pipeline: Send + 'static {
-    /// Whether `step` computes on the calling thread (shards in this process):
-    /// such pipelines run on blocking threads, off the async reactor.
-    const BLOCKING: bool;
-    fn step(
-        &mut self,
-        mb: &MiniBatch,
-        alpha: f32,
-        progress: &Progress,
-    ) -> impl Future<Output = anyhow::Result<()>> + Send;
-}
-
-/// A pipeline over [`ShardApi`] shards (gRPC).
-struct RemotePipeline<S> {
-    shards: Arc<Vec<S>>,
-    fingerprint: u64,
-    negative: usize,
-    bufs: Buffers,
-}
-
-impl<S: ShardApi> Pipeline for RemotePipeline<S> {
-    const BLOCKING: bool = false;
-
-    async fn step(
-        &mut self,
-        mb: &MiniBatch,
-        alpha: f32,
-        progress: &Progress,
-    ) -> anyhow::Result<()> {
-        let (shards, b) = (&self.shards[..], &mut self.bufs);
-        let pairs = mb.pairs();
-        let batch = v1::Minibatch {
-            model_fingerprint: self.fingerprint,
-            seed: mb.seed,
-            inputs: encode_u32(&mb.inputs),
-            context_counts: encode_u32(&mb.context_counts),
-            outputs: encode_u32(&mb.outputs),
-        };
-        let dot_req = DotprodRequest { batch: Some(batch) };
-        let mut sent = dot_req.encoded_len() as u64 * shards.len() as u64;
-        let mut received = 0u64;
-        let responses =
-            futures::future::join_all(shards.iter().map(|s| s.dotprod(dot_req.clone()))).await;
-        b.zero_dots(pairs, self.negative);
-        for (i, (shard, resp)) in shards.iter().zip(responses).enumerate() {
-            let resp =
-                resp.map_err(|e| shard_error(shard.name(), i, shards.len(), "dotprod", e))?;
-            received += resp.encoded_len() as u64;
-            for (raw, field, sum) in [
-                (&resp.pos, "pos", &mut b.f_pos),
-                (&resp.neg, "neg", &mut b.f_neg),
-            ] {
-                decode_f32_into(field, raw, &mut b.part)
-                    .with_context(|| format!("shard {}: bad dotprod response", shard.name()))?;
-                if b.part.len() != sum.len() {
-                    bail!(
-                        "shard {}: dotprod returned {} `{field}` values, expected {}",
-                        shard.name(),
-                        b.part.len(),
-                        sum.len()
-                    );
-                }
-                add_into(sum, &b.part);
-            }
-        }
-        let loss = b.weights(mb, alpha, b.steps)?;
-        b.steps += 1;
-        let adj_req = AdjustRequest {
-            batch: dot_req.batch,
-            pos_weights: encode_f32(&b.g_pos),
-            neg_weights: encode_f32(&b.g_neg),
-        };
-        sent += adj_req.encoded_len() as u64 * shards.len() as u64;
-        let results =
-            futures::future::join_all(shards.iter().map(|s| s.adjust(adj_req.clone()))).await;
-        for (i, (shard, res)) in shards.iter().zip(results).enumerate() {
-            res.map_err(|e| shard_error(shard.name(), i, shards.len(), "adjust", e))?;
-        }
-        progress.record(mb, sent, received, loss);
-        Ok(())
-    }
-}
-
-/// A pipeline over shards held in this process: their core is called on this
-/// thread, nothing is encoded, and the negatives are drawn once for all shards
-/// (every shard of a model draws the same ones from the minibatch seed).
-struct LocalPipeline {
-    models: Arc<[Arc<Model>]>,
-    scratch: Scratch,
-    targets: Targets,
-    bufs: Buffers,
-}
-
-impl LocalPipeline {
-    fn step_now(&mut self, mb: &MiniBatch, alpha: f32, progress: &Progress) -> anyhow::Result<()> {
-        let (models, b) = (&self.models[..], &mut self.bufs);
-        let pairs = mb.pairs();
-        let negative = models[0].spec.model.negative as usize;
-        let batch = Batch {
-            fingerprint: models[0].fingerprint,
-            seed: mb.seed,
-            inputs: &mb.inputs,
-            context_counts: &mb.context_counts,
-            outputs: &mb.outputs,
-        };
-        let failed = |i: usize, call: &str, e: ShardError| {
-            anyhow::anyhow!("embedded shard {i} of {}: {call} failed: {e}", models.len())
-        };
-        models[0]
-            .draw_targets(&batch, &mut self.targets)
-            .map_err(|e| failed(0, "dotprod", e))?;
-        b.zero_dots(pairs, negative);
-        for (i, m) in models.iter().enumerate() {
-            m.dotprod_with(
-                &batch,
-                &self.targets,
-                &mut self.scratch,
-                &mut b.part,
-                &mut b.part_neg,
-            )
-            .map_err(|e| failed(i, "dotprod", e))?;
-            add_into(&mut b.f_pos, &b.part);
-            add_into(&mut b.f_neg, &b.part_neg);
-        }
-        let loss = b.weights(mb, alpha, b.steps)?;
-        b.steps += 1;
-        for (i, m) in models.iter().enumerate() {
-            m.adjust_with(&batch, &self.targets, &b.g_pos, &b.g_neg, &mut self.scratch)
-                .map_err(|e| failed(i, "adjust", e))?;
-        }
-        progress.record(mb, 0, 0, loss);
-        Ok(())
-    }
-}
-
-impl Pipeline for LocalPipeline {
-    const BLOCKING: bool = true;
-
-    async fn step(
-        &mut self,
-        mb: &MiniBatch,
-        alpha: f32,
-        progress: &Progress,
-    ) -> anyhow::Result<()> {
-        self.step_now(mb, alpha, progress)
-    }
-}
-
-fn add_into(sum: &mut [f32], part: &[f32]) {
-    for (acc, x) in sum.iter_mut().zip(part) {
-        *acc += x;
-    }
-}
 
 /// Reports progress until training is done: a bar on a terminal, log lines
 /// otherwise. Progress is in-vocabulary words read ([`Progress::words`])

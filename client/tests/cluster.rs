@@ -4,34 +4,16 @@
 
 mod common;
 
-use colonnade_client::shards::{create_model, model_spec, GrpcShard};
+use colonnade_client::shards::{create_model, model_spec, GrpcShard, GrpcShards};
 use colonnade_common::vocab::Vocab;
 use colonnade_exporter::{discover, export, ExportOptions};
 use colonnade_proto::v1::{self, AdjustRequest, DotprodRequest, Minibatch};
 use colonnade_proto::{encode_f32, encode_u32};
-use colonnade_ps_shard::core::Matrix;
-use colonnade_ps_shard::SpawnedShard;
-use common::{assemble, params, run, sample_corpus, vocab_of, DIM};
+use colonnade_ps_shard::{Matrix, SpawnedShard};
+use common::{assemble, grpc_cluster as cluster, params, run, sample_corpus, vocab_of, DIM};
 use std::sync::Arc;
 use std::time::Duration;
 use tonic::Code;
-
-async fn cluster(n: usize) -> (Vec<SpawnedShard>, Vec<GrpcShard>) {
-    let mut spawned = Vec::new();
-    let mut clients = Vec::new();
-    for _ in 0..n {
-        let s = SpawnedShard::start(([127, 0, 0, 1], 0).into(), 2, None)
-            .await
-            .expect("start shard");
-        clients.push(
-            GrpcShard::connect(&s.endpoint(), Duration::from_secs(5))
-                .await
-                .expect("connect"),
-        );
-        spawned.push(s);
-    }
-    (spawned, clients)
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hdf5_export_equals_shard_state() {
@@ -118,55 +100,49 @@ async fn hostile_requests_are_rejected_without_state_change() {
     let mut client = clients[0].client.clone();
     let big = v as u32;
 
-    let cases: Vec<(Minibatch, usize, usize, Code, &str)> = vec![
+    // Two pairs × (1 + 4 negatives): 10 weights.
+    let cases: Vec<(Minibatch, usize, Code, &str)> = vec![
         (
             minibatch(fp, &[0, big], &[1, 1], &[1, 2]),
-            2,
-            8,
+            10,
             Code::InvalidArgument,
             "`inputs`",
         ),
         (
             minibatch(fp, &[0, 1], &[1, 1], &[1, u32::MAX]),
-            2,
-            8,
+            10,
             Code::InvalidArgument,
             "`outputs`",
         ),
         (
             minibatch(fp, &[0, 1], &[1], &[1, 2]),
-            2,
-            8,
+            10,
             Code::InvalidArgument,
             "`context_counts`",
         ),
         (
             minibatch(fp, &[0, 1], &[1, 1], &[1, 2]),
-            3,
-            8,
+            9,
             Code::InvalidArgument,
-            "`pos_weights`",
+            "`weights`",
         ),
         (
             minibatch(fp, &[0, 1], &[1, 1], &[1, 2]),
-            2,
-            7,
+            11,
             Code::InvalidArgument,
-            "`neg_weights`",
+            "`weights`",
         ),
         (
             minibatch(fp ^ 1, &[0, 1], &[1, 1], &[1, 2]),
-            2,
-            8,
+            10,
             Code::FailedPrecondition,
             "fingerprint",
         ),
     ];
-    for (batch, np, nn, code, needle) in cases {
+    for (batch, nw, code, needle) in cases {
         let req = AdjustRequest {
             batch: Some(batch.clone()),
-            pos_weights: encode_f32(&vec![0.5; np]),
-            neg_weights: encode_f32(&vec![-0.5; nn]),
+            weights: encode_f32(&vec![0.5; nw]),
         };
         let err = client.adjust(req).await.expect_err(needle);
         assert_eq!(err.code(), code, "{needle}: {err:?}");
@@ -175,7 +151,7 @@ async fn hostile_requests_are_rejected_without_state_change() {
             "{:?} should name {needle}",
             err.message()
         );
-        if np == 2 && nn == 8 {
+        if nw == 10 {
             let err = client
                 .dotprod(DotprodRequest { batch: Some(batch) })
                 .await
@@ -199,8 +175,7 @@ async fn hostile_requests_are_rejected_without_state_change() {
     assert_eq!(err.code(), Code::InvalidArgument);
     let req = AdjustRequest {
         batch: Some(minibatch(fp, &[0], &[1], &[1])),
-        pos_weights: encode_f32(&[f32::INFINITY]),
-        neg_weights: encode_f32(&[0.0; 4]),
+        weights: encode_f32(&[f32::INFINITY, 0.0, 0.0, 0.0, 0.0]),
     };
     assert_eq!(
         client.adjust(req).await.expect_err("inf").code(),
@@ -226,8 +201,7 @@ async fn hostile_requests_are_rejected_without_state_change() {
     // A valid request does change it (so the comparison above can fail).
     let req = AdjustRequest {
         batch: Some(minibatch(fp, &[0], &[1], &[1])),
-        pos_weights: encode_f32(&[0.5]),
-        neg_weights: encode_f32(&[-0.5; 4]),
+        weights: encode_f32(&[0.5, -0.5, -0.5, -0.5, -0.5]),
     };
     client.adjust(req).await.expect("valid adjust");
     let changed = assemble(&[Arc::clone(&spawned[0].core)], fp, Matrix::Output, v);
@@ -261,8 +235,7 @@ async fn shard_with_another_vocabulary_is_refused() {
     let mut p = params(1);
     p.iter = 1;
     let err = colonnade_client::train::train(
-        clients.clone(),
-        other_fp,
+        GrpcShards::new(clients.clone(), other_fp, 4),
         Arc::new(other),
         vec![corpus.clone()],
         p,

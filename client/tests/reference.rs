@@ -20,20 +20,21 @@
 
 mod common;
 
-use colonnade_client::shards::{GrpcShard, LocalShard};
 use colonnade_common::corpus::SentenceReader;
 use colonnade_common::init::init_input_row;
 use colonnade_common::sampler::AliasSampler;
 use colonnade_common::seeds::{derive, Purpose};
 use colonnade_common::vocab::Vocab;
-use colonnade_ps_shard::core::{Matrix, ROW_STEP_CAP};
-use colonnade_ps_shard::{ShardCore, SpawnedShard};
-use common::{assemble, max_abs_diff, params, run, run_in_process, sample_corpus, vocab_of, DIM};
+use colonnade_ps_shard::plan::ROW_STEP_CAP;
+use colonnade_ps_shard::{Matrix, ShardCore};
+use common::{
+    assemble, grpc_cluster, max_abs_diff, params, run, run_in_process, run_on_cores, sample_corpus,
+    vocab_of, DIM,
+};
 use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
 
 struct Reference {
     u: Vec<f32>,
@@ -235,39 +236,17 @@ async fn distributed_matches_reference_for_one_and_three_shards() {
     let v = vocab.len() as u64;
 
     // One shard, in process.
-    let core1 = Arc::new(ShardCore::new(None));
-    let (fp, summary) = run(
-        vec![LocalShard::new("local-0", Arc::clone(&core1), 1)],
-        &vocab,
-        &corpus,
-        &p,
-    )
-    .await;
+    let (fp, cores1, summary) = run_in_process(1, &vocab, &corpus, &p).await;
     assert!(
         summary.pairs > 10_000,
         "trained only {} pairs",
         summary.pairs
     );
-    let u1 = assemble(&[Arc::clone(&core1)], fp, Matrix::Input, v);
-    let v1 = assemble(&[core1], fp, Matrix::Output, v);
+    let u1 = assemble(&cores1, fp, Matrix::Input, v);
+    let v1 = assemble(&cores1, fp, Matrix::Output, v);
 
     // Three shards over gRPC on loopback.
-    let mut spawned = Vec::new();
-    for _ in 0..3 {
-        spawned.push(
-            SpawnedShard::start(([127, 0, 0, 1], 0).into(), 1, None)
-                .await
-                .expect("start shard"),
-        );
-    }
-    let mut grpc = Vec::new();
-    for s in &spawned {
-        grpc.push(
-            GrpcShard::connect(&s.endpoint(), Duration::from_secs(5))
-                .await
-                .expect("connect"),
-        );
-    }
+    let (spawned, grpc) = grpc_cluster(3).await;
     let (fp3, _) = run(grpc, &vocab, &corpus, &p).await;
     assert_eq!(
         fp3, fp,
@@ -335,18 +314,16 @@ async fn distributed_matches_reference_where_the_row_step_cap_bites() {
     let uncapped = reference_train(&vocab, &corpus, &p, false);
     let v = vocab.len() as u64;
 
-    let core1 = Arc::new(ShardCore::new(None));
-    let (fp, _) = run(
-        vec![LocalShard::new("local-0", Arc::clone(&core1), 1)],
-        &vocab,
-        &corpus,
-        &p,
-    )
-    .await;
+    let (spawned, grpc) = grpc_cluster(1).await;
+    let (fp, _) = run(grpc, &vocab, &corpus, &p).await;
+    let core1: Vec<_> = spawned.iter().map(|s| Arc::clone(&s.core)).collect();
     let (_, cores2, _) = run_in_process(2, &vocab, &corpus, &p).await;
     let scale = norm_scale(&reference.u).max(norm_scale(&reference.v));
     let tol = 1e-4 * scale.max(1e-3);
-    for (name, cores) in [("1 shard", vec![core1]), ("2 shards in process", cores2)] {
+    for (name, cores) in [
+        ("1 shard over gRPC", core1),
+        ("2 shards in process", cores2),
+    ] {
         let got_u = assemble(&cores, fp, Matrix::Input, v);
         let got_v = assemble(&cores, fp, Matrix::Output, v);
         for (m, got, want, without) in [
@@ -374,23 +351,11 @@ async fn different_seeds_give_different_models() {
     let corpus = sample_corpus(dir.path(), 5_000);
     let vocab = Arc::new(vocab_of(&corpus, 3));
     let v = vocab.len() as u64;
-    let core = Arc::new(ShardCore::new(None));
-    let (fa, _) = run(
-        vec![LocalShard::new("a", Arc::clone(&core), 1)],
-        &vocab,
-        &corpus,
-        &params(1),
-    )
-    .await;
-    let (fb, _) = run(
-        vec![LocalShard::new("a", Arc::clone(&core), 1)],
-        &vocab,
-        &corpus,
-        &params(2),
-    )
-    .await;
+    let core = [Arc::new(ShardCore::new(None))];
+    let (fa, _) = run_on_cores(&core, &vocab, &corpus, &params(1)).await;
+    let (fb, _) = run_on_cores(&core, &vocab, &corpus, &params(2)).await;
     assert_ne!(fa, fb);
-    let a = assemble(&[Arc::clone(&core)], fa, Matrix::Input, v);
-    let b = assemble(&[core], fb, Matrix::Input, v);
+    let a = assemble(&core, fa, Matrix::Input, v);
+    let b = assemble(&core, fb, Matrix::Input, v);
     assert!(max_abs_diff(&a, &b) > 1e-3);
 }

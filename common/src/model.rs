@@ -48,8 +48,38 @@ pub fn column_range(dim: u32, shards: u32, index: u32) -> Range<u32> {
     start as u32..end as u32
 }
 
+/// Copies one shard's column slice of some rows (`part`, row-major,
+/// `cols.len()` wide) into full rows (`full`, row-major, `dim` wide) at
+/// columns `cols`: how every reader of a sharded model reassembles vectors.
+/// Rows beyond the shorter of the two are left alone.
+pub fn place_columns(full: &mut [f32], dim: usize, cols: Range<u32>, part: &[f32]) {
+    let (c0, c1) = (cols.start as usize, cols.end as usize);
+    let width = c1 - c0;
+    if width == 0 {
+        return;
+    }
+    for (row, slice) in full.chunks_exact_mut(dim).zip(part.chunks_exact(width)) {
+        row[c0..c1].copy_from_slice(slice);
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn placed_columns_tile_full_rows() {
+        let dim = 5;
+        let mut full = vec![0.0f32; 2 * dim];
+        for (i, cols) in [(0u32..2), (2..5)].into_iter().enumerate() {
+            let width = cols.len();
+            let part: Vec<f32> = (0..2 * width).map(|k| (10 * i + k) as f32).collect();
+            place_columns(&mut full, dim, cols, &part);
+        }
+        assert_eq!(
+            full,
+            [0.0, 1.0, 10.0, 11.0, 12.0, 2.0, 3.0, 13.0, 14.0, 15.0]
+        );
+    }
+
     use super::*;
 
     #[test]

@@ -1,18 +1,28 @@
-//! The wire contract between Colonnade clients, shards and the exporter: the
-//! generated `colonnade.v1` gRPC types and the little-endian array codecs used by
-//! its `bytes` fields.
+//! The boundary between Colonnade clients, shards and the exporter: the
+//! generated `colonnade.v1` gRPC types, the little-endian array codecs used by
+//! their `bytes` fields, the domain types both sides share with their wire
+//! conversions ([`domain`]: spec, minibatch, matrix, errors) and the one trait
+//! a training pipeline reaches a model's shards through ([`shards`]).
 //!
 //! Numeric arrays are packed as little-endian `u32`/`u64`/`f32` in `bytes` fields.
 //! Decoding checks that a field's length is a multiple of the element size and
-//! names the field when it is not. This crate must never hold training logic.
+//! names the field when it is not. This crate must never hold training logic
+//! (no dot products, weights or updates) and never depend on a shard's internals.
 
 #[allow(clippy::all, clippy::pedantic, missing_docs)]
 pub mod v1 {
     tonic::include_proto!("colonnade.v1");
 }
 
-/// Version of the shard API carried in `StatusResponse.api_version`.
-pub const API_VERSION: u32 = 1;
+pub mod domain;
+pub mod shards;
+
+pub use domain::{Matrix, Minibatch, MinibatchId, ShardError, ShardSpec, MAX_NEGATIVE};
+pub use shards::{CallError, ModelShards};
+
+/// Version of the shard API carried in `StatusResponse.api_version`. 2:
+/// dot products and weights travel as one pair-major array.
+pub const API_VERSION: u32 = 2;
 
 /// Largest gRPC message either side accepts or sends (default tonic limit is 4 MiB).
 pub const MAX_MESSAGE_BYTES: usize = 512 * 1024 * 1024;

@@ -6,7 +6,9 @@
 
 use colonnade_common::kernels::{axpy, dot};
 use colonnade_common::model::ModelSpec;
-use colonnade_ps_shard::core::{Batch, Scratch};
+use colonnade_proto::Minibatch;
+use colonnade_ps_shard::model::Scratch;
+use colonnade_ps_shard::plan::Targets;
 use colonnade_ps_shard::{ShardCore, ShardSpec};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use rand::{Rng, SeedableRng};
@@ -66,15 +68,17 @@ fn handlers(c: &mut Criterion) {
     for inputs in [64usize, 256, 1024] {
         let (ins, ctx, outs) = batch(inputs, inputs as u64);
         let pairs = outs.len();
-        let b = Batch {
-            fingerprint: fp,
+        let b = Minibatch {
             seed: 7,
-            inputs: &ins,
-            context_counts: &ctx,
-            outputs: &outs,
+            inputs: ins,
+            context_counts: ctx,
+            outputs: outs,
+            ..Minibatch::default()
         };
         let mut scratch = Scratch::default();
-        let (mut pos, mut neg) = (Vec::new(), Vec::new());
+        let mut targets = Targets::default();
+        let mut dots = Vec::new();
+        model.draw_targets(&b, &mut targets).expect("targets");
         group.throughput(Throughput::Elements(pairs as u64));
         group.bench_with_input(
             BenchmarkId::new("dotprod_pairs", inputs),
@@ -82,32 +86,39 @@ fn handlers(c: &mut Criterion) {
             |bench, _| {
                 bench.iter(|| {
                     model
-                        .dotprod(black_box(&b), &mut scratch, &mut pos, &mut neg)
+                        .dotprod(black_box(&b), &targets, &mut scratch, &mut dots)
                         .expect("dotprod")
                 });
             },
         );
-        let mut targets = colonnade_ps_shard::core::Targets::default();
+        let mut drawn = Targets::default();
         group.bench_with_input(
             BenchmarkId::new("draw_targets_pairs", inputs),
             &inputs,
             |bench, _| {
                 bench.iter(|| {
                     model
-                        .draw_targets(black_box(&b), &mut targets)
+                        .draw_targets(black_box(&b), &mut drawn)
                         .expect("targets")
                 });
             },
         );
-        let pw = vec![1e-6f32; pairs];
-        let nw = vec![-1e-6f32; pairs * NEGATIVE as usize];
+        let weights: Vec<f32> = (0..targets.len())
+            .map(|t| {
+                if t % (NEGATIVE as usize + 1) == 0 {
+                    1e-6
+                } else {
+                    -1e-6
+                }
+            })
+            .collect();
         group.bench_with_input(
             BenchmarkId::new("adjust_pairs", inputs),
             &inputs,
             |bench, _| {
                 bench.iter(|| {
                     model
-                        .adjust(black_box(&b), &pw, &nw, &mut scratch)
+                        .adjust(black_box(&b), &targets, &weights, &mut scratch)
                         .expect("adjust")
                 });
             },

@@ -4,18 +4,30 @@
 //! minibatches, regenerates negatives from the client's seed, and streams rows
 //! out for export.
 //!
-//! Layout: [`hogwild`] is the only shared mutable state (a lock per row, with
-//! its safety argument); [`core`] is the training logic, free of transport;
-//! [`service`] is the thin tonic adapter; [`server`] wires it with health
-//! checks. A shard never sends vectors or gradients during training, never
-//! needs state between a `dotprod` and its `adjust` (it caches the drawn
-//! negatives for the `adjust`, but a miss just draws them again from the
-//! seed), and never changes state on a request it rejects.
+//! Layout, by data: [`hogwild`] is the only shared mutable state (a lock per
+//! row, with its safety argument); [`plan`] draws and groups a minibatch's
+//! targets; [`loops`] are the two SIMD loops over a plan; [`model`] is one
+//! model's slice and its operations; [`registry`] the models a shard holds;
+//! [`service`] the thin tonic adapter (which pairs a `dotprod` with its
+//! `adjust`), [`server`] wires it with health checks; [`in_process`] reaches
+//! a model's shards in this process through the same boundary trait the
+//! client uses over gRPC. A shard never sends vectors or gradients during
+//! training, never needs state between a `dotprod` and its `adjust` (a
+//! cached plan is an optimisation: a miss draws it again from the seed), and
+//! never changes state on a request it rejects.
 
-pub mod core;
+#[cfg(test)]
+mod fixture;
 pub mod hogwild;
+pub mod in_process;
+mod loops;
+pub mod model;
+pub mod plan;
+pub mod registry;
 pub mod server;
 pub mod service;
 
-pub use crate::core::{ShardCore, ShardError, ShardSpec};
+pub use crate::in_process::InProcessShards;
+pub use crate::registry::{Created, ShardCore};
 pub use crate::server::{serve, SpawnedShard};
+pub use colonnade_proto::{Matrix, ShardError, ShardSpec};

@@ -1,6 +1,6 @@
 //! Serving a [`ShardCore`] over gRPC with grpc.health.v1 beside it.
 
-use crate::core::ShardCore;
+use crate::registry::ShardCore;
 use crate::service::ShardService;
 use colonnade_proto::v1::shard_server::ShardServer;
 use colonnade_proto::MAX_MESSAGE_BYTES;

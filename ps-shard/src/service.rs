@@ -1,16 +1,21 @@
-//! The tonic adapter: decodes requests, runs the CPU work of [`crate::core`] on
-//! blocking threads (never on the async reactor, at most `threads` at once),
-//! and maps [`ShardError`]s to gRPC codes. Panics in handlers become `Internal`.
+//! The tonic adapter: decodes requests, runs the CPU work of [`crate::model`]
+//! on blocking threads (never on the async reactor, at most `threads` at
+//! once), and maps [`ShardError`]s to gRPC codes. Panics in handlers become
+//! `Internal`. It pairs each `dotprod` with the `adjust` of the same
+//! minibatch: the targets a `dotprod` drew wait in a [`TargetCache`] for it.
 
-use crate::core::{Batch, Matrix, Scratch, ShardCore, ShardError, ShardSpec};
-use colonnade_common::model::ModelSpec;
+use crate::model::{Model, Scratch};
+use crate::plan::Targets;
+use crate::registry::ShardCore;
 use colonnade_proto::v1::shard_server::Shard;
 use colonnade_proto::v1::{
     self, AdjustRequest, AdjustResponse, CreateModelChunk, CreateModelResponse, DotprodRequest,
     DotprodResponse, DropModelRequest, DropModelResponse, ModelStatus, PullRowsRequest, RowBlock,
     StatusRequest, StatusResponse,
 };
-use colonnade_proto::{decode_f32_into, decode_u32_into, decode_u64, encode_f32, WireLengthError};
+use colonnade_proto::{decode_f32_into, decode_u64, encode_f32};
+use colonnade_proto::{Matrix, Minibatch, ShardError, ShardSpec};
+use dashmap::DashMap;
 use futures::Stream;
 use std::cell::RefCell;
 use std::pin::Pin;
@@ -22,31 +27,55 @@ use tonic::{Request, Response, Status, Streaming};
 /// Rows per streamed export block (each block ≲ 4 MiB for 256 columns).
 const PULL_BLOCK_ROWS: u64 = 4096;
 
-impl From<ShardError> for Status {
-    fn from(e: ShardError) -> Self {
-        match e {
-            ShardError::InvalidArgument(m) => Status::invalid_argument(m),
-            ShardError::FailedPrecondition(m) => Status::failed_precondition(m),
-            ShardError::ResourceExhausted(m) => Status::resource_exhausted(m),
+/// At most this many minibatches' targets wait for their `adjust` (the cache
+/// is cleared when full; ≲ 250 KB each for 256-input minibatches).
+const TARGET_CACHE_ENTRIES: usize = 512;
+
+/// The targets each `dotprod` drew, by (model fingerprint, minibatch seed),
+/// until the `adjust` of the same minibatch takes them. A soft cache: an
+/// entry is used only if it fits the adjust's minibatch, and a miss
+/// (restart, eviction, a retried call) draws the targets again from the seed.
+#[derive(Default)]
+pub struct TargetCache {
+    entries: DashMap<(u64, u64), Targets>,
+}
+
+impl TargetCache {
+    fn put(&self, fingerprint: u64, seed: u64, targets: Targets) {
+        if self.entries.len() >= TARGET_CACHE_ENTRIES {
+            self.entries.clear();
         }
+        self.entries.insert((fingerprint, seed), targets);
+    }
+
+    /// The targets of `mb` on `model`: the cached ones if they fit it, else
+    /// drawn again into `spare`.
+    fn take(
+        &self,
+        model: &Model,
+        mb: &Minibatch,
+        spare: &mut Targets,
+    ) -> Result<Targets, ShardError> {
+        if let Some((_, cached)) = self.entries.remove(&(model.fingerprint, mb.seed)) {
+            if model.targets_fit(mb, &cached) {
+                return Ok(cached);
+            }
+        }
+        let mut t = std::mem::take(spare);
+        model.draw_targets(mb, &mut t)?;
+        Ok(t)
     }
 }
 
-fn wire(e: WireLengthError) -> Status {
-    Status::invalid_argument(e.to_string())
-}
-
-/// Per-thread buffers: decoded request arrays and the core's scratch.
+/// Per-thread buffers: the decoded request and the model's scratch.
 #[derive(Default)]
 struct ThreadBufs {
-    inputs: Vec<u32>,
-    context_counts: Vec<u32>,
-    outputs: Vec<u32>,
-    pos_w: Vec<f32>,
-    neg_w: Vec<f32>,
-    pos: Vec<f32>,
-    neg: Vec<f32>,
+    batch: Minibatch,
+    weights: Vec<f32>,
+    dots: Vec<f32>,
     scratch: Scratch,
+    /// Targets to draw into next (returned by the last `adjust`).
+    spare: Targets,
 }
 
 thread_local! {
@@ -56,6 +85,7 @@ thread_local! {
 pub struct ShardService {
     core: Arc<ShardCore>,
     permits: Arc<Semaphore>,
+    targets: Arc<TargetCache>,
 }
 
 impl ShardService {
@@ -63,6 +93,7 @@ impl ShardService {
         Self {
             core,
             permits: Arc::new(Semaphore::new(threads.max(1))),
+            targets: Arc::default(),
         }
     }
 
@@ -72,7 +103,7 @@ impl ShardService {
 
     async fn blocking<T: Send + 'static>(
         &self,
-        f: impl FnOnce(&mut ThreadBufs) -> Result<T, Status> + Send + 'static,
+        f: impl FnOnce(&mut ThreadBufs) -> Result<T, ShardError> + Send + 'static,
     ) -> Result<T, Status> {
         let _permit = Arc::clone(&self.permits)
             .acquire_owned()
@@ -81,49 +112,24 @@ impl ShardService {
         tokio::task::spawn_blocking(move || BUFS.with(|b| f(&mut b.borrow_mut())))
             .await
             .map_err(|e| Status::internal(format!("shard handler failed: {e}")))?
+            .map_err(Status::from)
     }
-}
 
-/// Decodes a minibatch into the thread's buffers.
-fn decode_batch(b: Option<&v1::Minibatch>, bufs: &mut ThreadBufs) -> Result<(u64, u64), Status> {
-    let b = b.ok_or_else(|| Status::invalid_argument("field `batch` is missing"))?;
-    decode_u32_into("inputs", &b.inputs, &mut bufs.inputs).map_err(wire)?;
-    decode_u32_into(
-        "context_counts",
-        &b.context_counts,
-        &mut bufs.context_counts,
-    )
-    .map_err(wire)?;
-    decode_u32_into("outputs", &b.outputs, &mut bufs.outputs).map_err(wire)?;
-    Ok((b.model_fingerprint, b.seed))
-}
-
-fn spec_to_wire(s: &ShardSpec) -> v1::ModelSpec {
-    v1::ModelSpec {
-        vocab_fingerprint: s.model.vocab_fingerprint,
-        vocab_size: s.model.vocab_size,
-        dim: s.model.dim,
-        col_start: s.col_start,
-        col_end: s.col_end,
-        negative: s.model.negative,
-        sampling_power: s.model.sampling_power,
-        init_seed: s.model.init_seed,
-    }
-}
-
-/// The domain spec of a wire `ModelSpec`.
-pub fn spec_from_wire(s: &v1::ModelSpec) -> ShardSpec {
-    ShardSpec {
-        model: ModelSpec {
-            vocab_fingerprint: s.vocab_fingerprint,
-            vocab_size: s.vocab_size,
-            dim: s.dim,
-            negative: s.negative,
-            sampling_power: s.sampling_power,
-            init_seed: s.init_seed,
-        },
-        col_start: s.col_start,
-        col_end: s.col_end,
+    /// Runs a training call on a blocking thread: decodes its minibatch into
+    /// the thread's buffers, finds its model, then runs `f`.
+    async fn training_call<T: Send + 'static>(
+        &self,
+        batch: Option<v1::Minibatch>,
+        f: impl FnOnce(&Model, &mut ThreadBufs, &TargetCache) -> Result<T, ShardError> + Send + 'static,
+    ) -> Result<T, Status> {
+        let core = Arc::clone(&self.core);
+        let targets = Arc::clone(&self.targets);
+        self.blocking(move |bufs| {
+            let fingerprint = bufs.batch.decode_from(batch.as_ref())?;
+            let model = core.model(fingerprint)?;
+            f(&model, bufs, &targets)
+        })
+        .await
     }
 }
 
@@ -140,7 +146,7 @@ impl Shard for ShardService {
             .message()
             .await?
             .ok_or_else(|| Status::invalid_argument("empty CreateModel stream"))?;
-        let spec = first.spec.as_ref().map(spec_from_wire).ok_or_else(|| {
+        let spec = first.spec.as_ref().map(ShardSpec::from).ok_or_else(|| {
             Status::invalid_argument("field `spec` is missing from the first CreateModel message")
         })?;
         let vocab = spec.model.vocab_size;
@@ -161,7 +167,7 @@ impl Shard for ShardService {
                     counts.len()
                 )));
             }
-            let part = decode_u64("counts", &c.counts).map_err(wire)?;
+            let part = decode_u64("counts", &c.counts).map_err(ShardError::from)?;
             if counts.len() as u64 + part.len() as u64 > vocab {
                 return Err(Status::invalid_argument(format!(
                     "field `counts`: more than vocab_size {vocab} counts"
@@ -172,7 +178,7 @@ impl Shard for ShardService {
         }
         let core = Arc::clone(&self.core);
         let created = self
-            .blocking(move |_| core.create_model(spec, &counts).map_err(Status::from))
+            .blocking(move |_| core.create_model(spec, &counts))
             .await?;
         tracing::info!(
             fingerprint = format!("{:016x}", created.fingerprint),
@@ -189,67 +195,30 @@ impl Shard for ShardService {
         &self,
         request: Request<DotprodRequest>,
     ) -> Result<Response<DotprodResponse>, Status> {
-        let core = Arc::clone(&self.core);
         let req = request.into_inner();
-        let resp = self
-            .blocking(move |bufs| {
-                let (fingerprint, seed) = decode_batch(req.batch.as_ref(), bufs)?;
-                let model = core.model(fingerprint)?;
-                let ThreadBufs {
-                    inputs,
-                    context_counts,
-                    outputs,
-                    pos,
-                    neg,
-                    scratch,
-                    ..
-                } = bufs;
-                let batch = Batch {
-                    fingerprint,
-                    seed,
-                    inputs,
-                    context_counts,
-                    outputs,
-                };
-                model.dotprod(&batch, scratch, pos, neg)?;
-                Ok(DotprodResponse {
-                    pos: encode_f32(pos),
-                    neg: encode_f32(neg),
-                })
+        let dots = self
+            .training_call(req.batch, |model, b, cache| {
+                let mut t = std::mem::take(&mut b.spare);
+                model.draw_targets(&b.batch, &mut t)?;
+                model.dotprod(&b.batch, &t, &mut b.scratch, &mut b.dots)?;
+                cache.put(model.fingerprint, b.batch.seed, t);
+                Ok(encode_f32(&b.dots))
             })
             .await?;
-        Ok(Response::new(resp))
+        Ok(Response::new(DotprodResponse { dots }))
     }
 
     async fn adjust(
         &self,
         request: Request<AdjustRequest>,
     ) -> Result<Response<AdjustResponse>, Status> {
-        let core = Arc::clone(&self.core);
         let req = request.into_inner();
-        self.blocking(move |bufs| {
-            let (fingerprint, seed) = decode_batch(req.batch.as_ref(), bufs)?;
-            decode_f32_into("pos_weights", &req.pos_weights, &mut bufs.pos_w).map_err(wire)?;
-            decode_f32_into("neg_weights", &req.neg_weights, &mut bufs.neg_w).map_err(wire)?;
-            let model = core.model(fingerprint)?;
-            let ThreadBufs {
-                inputs,
-                context_counts,
-                outputs,
-                pos_w,
-                neg_w,
-                scratch,
-                ..
-            } = bufs;
-            let batch = Batch {
-                fingerprint,
-                seed,
-                inputs,
-                context_counts,
-                outputs,
-            };
-            model.adjust(&batch, pos_w, neg_w, scratch)?;
-            Ok(())
+        self.training_call(req.batch, move |model, b, cache| {
+            decode_f32_into("weights", &req.weights, &mut b.weights)?;
+            let t = cache.take(model, &b.batch, &mut b.spare)?;
+            let applied = model.adjust(&b.batch, &t, &b.weights, &mut b.scratch);
+            b.spare = t;
+            applied
         })
         .await?;
         Ok(Response::new(AdjustResponse {}))
@@ -263,16 +232,7 @@ impl Shard for ShardService {
     ) -> Result<Response<RowStream>, Status> {
         let req = request.into_inner();
         let model = self.core.model(req.model_fingerprint)?;
-        let matrix = match v1::Matrix::try_from(req.matrix) {
-            Ok(v1::Matrix::Input) => Matrix::Input,
-            Ok(v1::Matrix::Output) => Matrix::Output,
-            _ => {
-                return Err(Status::invalid_argument(format!(
-                    "field `matrix`: {} is not INPUT or OUTPUT",
-                    req.matrix
-                )))
-            }
-        };
+        let matrix = Matrix::from_wire(req.matrix)?;
         let vocab = model.spec.model.vocab_size;
         if req.row_start > req.row_end || req.row_end > vocab {
             return Err(Status::invalid_argument(format!(
@@ -315,7 +275,7 @@ impl Shard for ShardService {
             .iter()
             .map(|m| ModelStatus {
                 model_fingerprint: m.fingerprint,
-                spec: Some(spec_to_wire(&m.spec)),
+                spec: Some(v1::ModelSpec::from(&m.spec)),
                 dotprod_calls: m.stats.dotprod_calls.load(Relaxed),
                 adjust_calls: m.stats.adjust_calls.load(Relaxed),
                 pairs_adjusted: m.stats.pairs_adjusted.load(Relaxed),
@@ -335,5 +295,69 @@ impl Shard for ShardService {
     ) -> Result<Response<DropModelResponse>, Status> {
         let dropped = self.core.drop_model(request.into_inner().model_fingerprint);
         Ok(Response::new(DropModelResponse { dropped }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fixture::{snapshot, spec, COUNTS};
+
+    fn service() -> (ShardService, Arc<Model>) {
+        let core = Arc::new(ShardCore::new(None));
+        let fp = core
+            .create_model(spec(0..8), &COUNTS)
+            .expect("create")
+            .fingerprint;
+        let model = core.model(fp).expect("model");
+        (ShardService::new(core, 1), model)
+    }
+
+    fn batch(fp: u64, outputs: &[u32]) -> v1::Minibatch {
+        Minibatch {
+            seed: 9,
+            inputs: vec![0, 1],
+            context_counts: vec![2, 1],
+            outputs: outputs.to_vec(),
+            ..Minibatch::default()
+        }
+        .to_wire(fp)
+    }
+
+    async fn dotprod(s: &ShardService, b: v1::Minibatch) {
+        let req = Request::new(DotprodRequest { batch: Some(b) });
+        s.dotprod(req).await.expect("dotprod");
+    }
+
+    async fn adjust(s: &ShardService, b: v1::Minibatch) {
+        let weights: Vec<f32> = (0..12).map(|t| 0.05 * (t as f32 - 4.0)).collect();
+        let req = Request::new(AdjustRequest {
+            batch: Some(b),
+            weights: encode_f32(&weights),
+        });
+        s.adjust(req).await.expect("adjust");
+    }
+
+    #[tokio::test]
+    async fn adjust_uses_dotprods_targets_only_when_they_fit() {
+        // Paired (dotprod first, its targets cached) and alone (drawn again
+        // from the seed): the same update.
+        let ((a, ma), (b, mb)) = (service(), service());
+        dotprod(&a, batch(ma.fingerprint, &[1, 2, 3])).await;
+        adjust(&a, batch(ma.fingerprint, &[1, 2, 3])).await;
+        adjust(&b, batch(mb.fingerprint, &[1, 2, 3])).await;
+        assert_eq!(snapshot(&ma), snapshot(&mb));
+        assert_ne!(
+            snapshot(&ma),
+            snapshot(&service().1),
+            "the adjust changed the model"
+        );
+        // A minibatch reusing the seed with other outputs must not get the
+        // cached targets of the first one.
+        let ((c, mc), (d, md)) = (service(), service());
+        dotprod(&c, batch(mc.fingerprint, &[1, 2, 3])).await;
+        adjust(&c, batch(mc.fingerprint, &[4, 5, 2])).await;
+        adjust(&d, batch(md.fingerprint, &[4, 5, 2])).await;
+        assert_eq!(snapshot(&mc), snapshot(&md));
     }
 }

@@ -3,9 +3,12 @@
 //! and `adjust` on S shards equals `adjust` on one shard column by column.
 
 use colonnade_common::kernels::dot_scalar;
+use colonnade_common::model::place_columns;
 use colonnade_common::model::ModelSpec;
-use colonnade_ps_shard::core::{Batch, Matrix, Scratch};
-use colonnade_ps_shard::{ShardCore, ShardSpec};
+use colonnade_proto::Minibatch;
+use colonnade_ps_shard::model::Scratch;
+use colonnade_ps_shard::plan::Targets;
+use colonnade_ps_shard::{Matrix, ShardCore, ShardSpec};
 use proptest::prelude::*;
 
 const COUNTS: [u64; 9] = [90, 70, 50, 40, 30, 20, 10, 5, 2];
@@ -50,12 +53,14 @@ fn rows(cores: &[ShardCore], fp: u64, m: Matrix, dim: u32) -> Vec<f32> {
     let mut full = vec![0.0; n * d];
     for core in cores {
         let model = core.model(fp).expect("model");
-        let (c0, c1) = (model.spec.col_start as usize, model.spec.col_end as usize);
         let mut part = Vec::new();
         model.read_rows(m, 0, n as u64, &mut part).expect("rows");
-        for r in 0..n {
-            full[r * d + c0..r * d + c1].copy_from_slice(&part[r * (c1 - c0)..(r + 1) * (c1 - c0)]);
-        }
+        place_columns(
+            &mut full,
+            d,
+            model.spec.col_start..model.spec.col_end,
+            &part,
+        );
     }
     full
 }
@@ -85,23 +90,31 @@ proptest! {
         let split = shards(dim, &cuts);
         let whole = shards(dim, &[]);
         let fp = model_spec(dim).fingerprint();
-        let mut s = Scratch::default();
+        let (mut s, mut t) = (Scratch::default(), Targets::default());
         // Train a little first so v is not all zeros.
         let pairs = outputs.len();
+        let mb = |seed| Minibatch { seed, inputs: inputs.clone(), context_counts: counts.clone(), outputs: outputs.clone(), ..Minibatch::default() };
         for core in split.iter().chain(&whole) {
-            let b = Batch { fingerprint: fp, seed: seed ^ 1, inputs: &inputs, context_counts: &counts, outputs: &outputs };
-            core.model(fp).expect("model").adjust(&b, &vec![0.3; pairs], &vec![-0.2; pairs * 3], &mut s).expect("adjust");
+            let model = core.model(fp).expect("model");
+            let b = mb(seed ^ 1);
+            model.draw_targets(&b, &mut t).expect("targets");
+            let weights: Vec<f32> = (0..pairs * 4).map(|i| if i % 4 == 0 { 0.3 } else { -0.2 }).collect();
+            model.adjust(&b, &t, &weights, &mut s).expect("adjust");
         }
-        let b = Batch { fingerprint: fp, seed, inputs: &inputs, context_counts: &counts, outputs: &outputs };
-        let (mut pos, mut neg) = (vec![0.0f32; pairs], vec![0.0f32; pairs * 3]);
+        let b = mb(seed);
+        // Pair-major sums: per pair its positive, then its 3 negatives.
+        let mut sum = vec![0.0f32; pairs * 4];
         for core in &split {
-            let (mut p, mut n) = (Vec::new(), Vec::new());
-            core.model(fp).expect("model").dotprod(&b, &mut s, &mut p, &mut n).expect("dotprod");
-            pos.iter_mut().zip(&p).for_each(|(a, x)| *a += x);
-            neg.iter_mut().zip(&n).for_each(|(a, x)| *a += x);
+            let model = core.model(fp).expect("model");
+            let mut dots = Vec::new();
+            model.draw_targets(&b, &mut t).expect("targets");
+            model.dotprod(&b, &t, &mut s, &mut dots).expect("dotprod");
+            sum.iter_mut().zip(&dots).for_each(|(a, x)| *a += x);
         }
-        let (mut p1, mut n1) = (Vec::new(), Vec::new());
-        whole[0].model(fp).expect("model").dotprod(&b, &mut s, &mut p1, &mut n1).expect("dotprod");
+        let model = whole[0].model(fp).expect("model");
+        let mut dots1 = Vec::new();
+        model.draw_targets(&b, &mut t).expect("targets");
+        model.dotprod(&b, &t, &mut s, &mut dots1).expect("dotprod");
         // Independent check of the positive dots from the assembled rows.
         let u = rows(&split, fp, Matrix::Input, dim);
         let v = rows(&split, fp, Matrix::Output, dim);
@@ -111,11 +124,11 @@ proptest! {
             for _ in 0..counts[i] {
                 let w_out = outputs[k] as usize;
                 let full = dot_scalar(&u[w_in as usize * d..(w_in as usize + 1) * d], &v[w_out * d..(w_out + 1) * d]);
-                prop_assert!((pos[k] - full).abs() <= 1e-6, "pair {k}: {} vs {full}", pos[k]);
+                prop_assert!((sum[4 * k] - full).abs() <= 1e-6, "pair {k}: {} vs {full}", sum[4 * k]);
                 k += 1;
             }
         }
-        for (a, b) in pos.iter().zip(&p1).chain(neg.iter().zip(&n1)) {
+        for (a, b) in sum.iter().zip(&dots1) {
             prop_assert!((a - b).abs() <= 1e-6, "{a} vs {b}");
         }
         // The split model equals the unsplit one column by column after adjust.

@@ -1,14 +1,15 @@
 //! Helpers shared by the client's integration tests.
 #![allow(dead_code)]
 
-use colonnade_client::shards::{create_model, model_spec, LocalShard, ShardApi};
-use colonnade_client::train::{train, train_in_process, Progress, TrainParams, TrainSummary};
+use colonnade_client::shards::{create_model, model_spec, GrpcShard, GrpcShards};
+use colonnade_client::train::{train, Progress, TrainParams, TrainSummary};
+use colonnade_common::model::{column_range, place_columns};
 use colonnade_common::vocab::{Counter, Vocab};
-use colonnade_ps_shard::core::Matrix;
-use colonnade_ps_shard::ShardCore;
+use colonnade_ps_shard::{InProcessShards, Matrix, ShardCore, ShardSpec, SpawnedShard};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// The first `words` words of the shipped sample corpus, as a plain file, in
 /// lines of 1,000 words.
@@ -52,9 +53,28 @@ pub fn params(seed: u64) -> TrainParams {
 
 pub const DIM: u32 = 12;
 
-/// Creates the model on `shards` and trains; returns the fingerprint and summary.
-pub async fn run<S: ShardApi>(
-    shards: Vec<S>,
+/// `n` shards serving gRPC on loopback, and connections to them.
+pub async fn grpc_cluster(n: usize) -> (Vec<SpawnedShard>, Vec<GrpcShard>) {
+    let mut spawned = Vec::new();
+    let mut shards = Vec::new();
+    for _ in 0..n {
+        let s = SpawnedShard::start(([127, 0, 0, 1], 0).into(), 2, None)
+            .await
+            .expect("start shard");
+        shards.push(
+            GrpcShard::connect(&s.endpoint(), Duration::from_secs(5))
+                .await
+                .expect("connect"),
+        );
+        spawned.push(s);
+    }
+    (spawned, shards)
+}
+
+/// Creates the model on `shards` and trains over gRPC; returns the
+/// fingerprint and summary.
+pub async fn run(
+    shards: Vec<GrpcShard>,
     vocab: &Arc<Vocab>,
     corpus: &Path,
     p: &TrainParams,
@@ -64,8 +84,7 @@ pub async fn run<S: ShardApi>(
         .await
         .expect("create model");
     let summary = train(
-        shards,
-        fp,
+        GrpcShards::new(shards, fp, p.negative),
         Arc::clone(vocab),
         vec![corpus.to_path_buf()],
         p.clone(),
@@ -76,28 +95,30 @@ pub async fn run<S: ShardApi>(
     (fp, summary)
 }
 
-/// Creates the model on `count` fresh shard cores and trains through them in
-/// process (`train_in_process`, what `--embedded-shards` uses); returns the
-/// fingerprint, the cores and the summary.
-pub async fn run_in_process(
-    count: usize,
+/// Creates the model on `cores` (shard i holding the i-th column range) and
+/// trains through them in process (`InProcessShards`, what
+/// `--embedded-shards` uses); returns the fingerprint and summary.
+pub async fn run_on_cores(
+    cores: &[Arc<ShardCore>],
     vocab: &Arc<Vocab>,
     corpus: &Path,
     p: &TrainParams,
-) -> (u64, Vec<Arc<ShardCore>>, TrainSummary) {
-    let cores: Vec<Arc<ShardCore>> = (0..count).map(|_| Arc::new(ShardCore::new(None))).collect();
-    let shards: Vec<LocalShard> = cores
-        .iter()
-        .enumerate()
-        .map(|(i, c)| LocalShard::new(format!("local-{i}"), Arc::clone(c), 1))
-        .collect();
+) -> (u64, TrainSummary) {
     let spec = model_spec(vocab, DIM, p.negative, 0.75, p.seed);
-    let fp = create_model(&shards, &spec, vocab)
-        .await
-        .expect("create model");
-    let models = cores.iter().map(|c| c.model(fp).expect("model")).collect();
-    let summary = train_in_process(
-        models,
+    for (i, core) in cores.iter().enumerate() {
+        let cols = column_range(DIM, cores.len() as u32, i as u32);
+        let shard = ShardSpec {
+            model: spec.clone(),
+            col_start: cols.start,
+            col_end: cols.end,
+        };
+        core.create_model(shard, vocab.counts())
+            .expect("create model");
+    }
+    let fp = spec.fingerprint();
+    let shards = InProcessShards::new(cores, fp).expect("shards hold the model");
+    let summary = train(
+        shards,
         Arc::clone(vocab),
         vec![corpus.to_path_buf()],
         p.clone(),
@@ -105,6 +126,19 @@ pub async fn run_in_process(
     )
     .await
     .expect("train in process");
+    (fp, summary)
+}
+
+/// [`run_on_cores`] on `count` fresh shard cores; returns the fingerprint,
+/// the cores and the summary.
+pub async fn run_in_process(
+    count: usize,
+    vocab: &Arc<Vocab>,
+    corpus: &Path,
+    p: &TrainParams,
+) -> (u64, Vec<Arc<ShardCore>>, TrainSummary) {
+    let cores: Vec<Arc<ShardCore>> = (0..count).map(|_| Arc::new(ShardCore::new(None))).collect();
+    let (fp, summary) = run_on_cores(&cores, vocab, corpus, p).await;
     (fp, cores, summary)
 }
 
@@ -114,15 +148,16 @@ pub fn assemble(cores: &[Arc<ShardCore>], fp: u64, matrix: Matrix, vocab_size: u
     let mut full = vec![0.0f32; vocab_size as usize * d];
     for core in cores {
         let model = core.model(fp).expect("model on shard");
-        let (c0, c1) = (model.spec.col_start as usize, model.spec.col_end as usize);
         let mut part = Vec::new();
         model
             .read_rows(matrix, 0, vocab_size, &mut part)
             .expect("rows");
-        let cols = c1 - c0;
-        for r in 0..vocab_size as usize {
-            full[r * d + c0..r * d + c1].copy_from_slice(&part[r * cols..(r + 1) * cols]);
-        }
+        place_columns(
+            &mut full,
+            d,
+            model.spec.col_start..model.spec.col_end,
+            &part,
+        );
     }
     full
 }

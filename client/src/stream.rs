@@ -1,0 +1,335 @@
+//! The one minibatch stream of a worker: its sentences of every epoch, read
+//! on one thread, turned into minibatches there, and handed to the training
+//! pipelines in jobs. Each minibatch leaves this module complete: its
+//! identity (worker, epoch, sequence number), its negative-sample seed and
+//! its learning rate are fixed here, so no pipeline, thread count or timing
+//! changes which minibatches exist; pipelines only step them.
+//!
+//! Formation is word2vec's: frequent words are dropped with word2vec's
+//! subsampling probability, then every kept position j gets a window radius
+//! r_j uniform in 1..=window and its contexts are the kept positions k ≠ j of
+//! the same sentence with |k − j| ≤ r_j. Consecutive input positions, across
+//! sentence (and epoch) boundaries, are grouped into minibatches of
+//! `minibatch` inputs (paper eq. (3): a minibatch is a set of (sentence,
+//! position) pairs). Spanning sentences matters: Wikipedia lines average ~77
+//! tokens, ~40 after subsampling, so per-sentence minibatches would be tiny
+//! and every RPC's fixed cost would dominate.
+//!
+//! Subsampling and radii come from the sentence's ChaCha8 stream, keyed by
+//! (run seed, epoch, sentence index), the sentence index counting all
+//! workers' sentences; a minibatch's seed is derived from the sentence seed
+//! and the position of its first input. Its learning rate is word2vec's
+//! linear decay at the in-vocabulary words this worker has read when the
+//! minibatch is complete.
+
+use colonnade_common::corpus::{InvalidUtf8, SentenceReader, INVALID_UTF8_WARNINGS};
+use colonnade_common::seeds::{self, derive, Purpose};
+use colonnade_common::sgns::learning_rate;
+use colonnade_common::vocab::Vocab;
+use colonnade_proto::{Minibatch, MinibatchId};
+use rand::RngCore;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// word2vec's learning-rate schedule over this worker's share of all epochs.
+#[derive(Clone, Copy, Debug)]
+pub struct Schedule {
+    pub alpha0: f32,
+    /// In-vocabulary words this worker reads over all epochs.
+    pub words_total: u64,
+}
+
+/// Sentences to minibatches, for one worker.
+pub struct BatchFormer {
+    /// Per word id: keep when a uniform u32 is below this (see `sgns::keep_threshold`).
+    keep: Arc<[u32]>,
+    window: u32,
+    minibatch: usize,
+    seed: u64,
+    worker: u64,
+    schedule: Schedule,
+    /// In-vocabulary words read so far (all epochs).
+    words: u64,
+    /// The epoch of the last minibatch started, and how many this worker
+    /// started in it.
+    epoch: u64,
+    seq: u64,
+    kept: Vec<u32>,
+    radius: Vec<u32>,
+    /// The minibatch being filled.
+    current: Minibatch,
+}
+
+impl BatchFormer {
+    pub fn new(
+        keep: Arc<[u32]>,
+        window: u32,
+        minibatch: usize,
+        seed: u64,
+        worker: u64,
+        schedule: Schedule,
+    ) -> Self {
+        Self {
+            keep,
+            window: window.max(1),
+            minibatch: minibatch.max(1),
+            seed,
+            worker,
+            schedule,
+            words: 0,
+            epoch: 0,
+            seq: 0,
+            kept: Vec::new(),
+            radius: Vec::new(),
+            current: Minibatch::default(),
+        }
+    }
+
+    /// Subsamples sentence `sentence` of `epoch` (its in-vocabulary `ids`)
+    /// and adds its input positions to the minibatch being filled, moving
+    /// every minibatch that fills up to `out`. Returns the number of words kept.
+    pub fn add_sentence(
+        &mut self,
+        epoch: u64,
+        sentence: u64,
+        ids: &[u32],
+        out: &mut Vec<Minibatch>,
+    ) -> usize {
+        self.words += ids.len() as u64;
+        let sentence_seed = derive(self.seed, Purpose::Sentence, epoch, sentence);
+        let mut rng = seeds::rng(sentence_seed);
+        self.kept.clear();
+        self.radius.clear();
+        for &w in ids {
+            let threshold = self.keep[w as usize];
+            let draw = rng.next_u32();
+            if threshold == u32::MAX || draw < threshold {
+                self.kept.push(w);
+            }
+        }
+        for _ in 0..self.kept.len() {
+            self.radius.push(self.window - rng.next_u32() % self.window);
+        }
+        let n = self.kept.len();
+        for j in 0..n {
+            let r = self.radius[j] as usize;
+            let lo = j.saturating_sub(r);
+            let hi = (j + r).min(n - 1);
+            if lo == hi {
+                continue; // a one-word sentence: no context
+            }
+            if self.current.inputs.is_empty() {
+                if epoch != self.epoch {
+                    (self.epoch, self.seq) = (epoch, 0);
+                }
+                let current = &mut self.current;
+                current.id = MinibatchId {
+                    worker: self.worker,
+                    epoch,
+                    seq: self.seq,
+                };
+                self.seq += 1;
+                current.seed = derive(sentence_seed, Purpose::Minibatch, j as u64, 0);
+                (current.sentence, current.position) = (sentence, j as u64);
+            }
+            let current = &mut self.current;
+            let before = current.outputs.len();
+            current
+                .outputs
+                .extend((lo..=hi).filter(|&k| k != j).map(|k| self.kept[k]));
+            current.inputs.push(self.kept[j]);
+            current
+                .context_counts
+                .push((current.outputs.len() - before) as u32);
+            if current.inputs.len() == self.minibatch {
+                self.complete(out);
+            }
+        }
+        n
+    }
+
+    /// Fixes the learning rate of the filled minibatch and moves it to `out`.
+    fn complete(&mut self, out: &mut Vec<Minibatch>) {
+        let mut mb = std::mem::take(&mut self.current);
+        mb.alpha = learning_rate(self.schedule.alpha0, self.words, self.schedule.words_total);
+        out.push(mb);
+    }
+
+    /// Moves the partly filled minibatch, if any, to `out`.
+    pub fn flush(&mut self, out: &mut Vec<Minibatch>) {
+        if !self.current.inputs.is_empty() {
+            self.complete(out);
+        }
+    }
+}
+
+/// In-vocabulary words per job sent from the reader to the pipelines.
+const JOB_WORDS: usize = 10_000;
+
+/// Consecutive minibatches of the stream, and the corpus they were formed
+/// from (counted when a pipeline takes the job).
+#[derive(Default)]
+pub struct Job {
+    pub minibatches: Vec<Minibatch>,
+    /// Corpus tokens read (in and out of vocabulary).
+    pub tokens: u64,
+    /// In-vocabulary words read.
+    pub words: u64,
+    /// Words kept by subsampling.
+    pub trained_words: u64,
+}
+
+/// What the stream of one worker is made from.
+pub struct StreamParams {
+    pub corpus: Vec<PathBuf>,
+    pub iter: u32,
+    pub worker_index: u64,
+    pub num_workers: u64,
+    pub max_sentence: usize,
+    pub invalid_utf8: InvalidUtf8,
+}
+
+/// Forms this worker's minibatches of every epoch, in order, sending them in
+/// jobs of ~[`JOB_WORDS`] words; stops early (without error) when the
+/// receiving side closes. Returns the sentences skipped for invalid UTF-8 in
+/// one epoch (the same ones are skipped in every epoch; only the first epoch
+/// logs them).
+pub fn form_minibatches(
+    p: &StreamParams,
+    vocab: &Vocab,
+    mut former: BatchFormer,
+    mut send: impl FnMut(Job) -> bool,
+) -> anyhow::Result<u64> {
+    let mut skipped = 0u64;
+    let mut job = Job::default();
+    let mut words = 0usize;
+    for epoch in 0..u64::from(p.iter) {
+        let mut sentence = 0u64;
+        for path in &p.corpus {
+            let warnings = if epoch == 0 {
+                INVALID_UTF8_WARNINGS.saturating_sub(skipped)
+            } else {
+                0
+            };
+            let mut reader = SentenceReader::open(path, p.max_sentence)?
+                .invalid_utf8(p.invalid_utf8)
+                .warn_limit(warnings);
+            let mut ids = Vec::new();
+            while let Some(s) = reader.next_sentence()? {
+                let index = sentence;
+                sentence += 1;
+                if index % p.num_workers != p.worker_index {
+                    continue;
+                }
+                ids.clear();
+                ids.extend(s.tokens().filter_map(|t| vocab.id(t)));
+                let kept = former.add_sentence(epoch, index, &ids, &mut job.minibatches);
+                job.tokens += s.len() as u64;
+                job.words += ids.len() as u64;
+                job.trained_words += kept as u64;
+                words += ids.len();
+                if words >= JOB_WORDS {
+                    words = 0;
+                    if !send(std::mem::take(&mut job)) {
+                        return Ok(skipped); // training stopped; its error is reported instead
+                    }
+                }
+            }
+            if epoch == 0 {
+                skipped += reader.skipped();
+            }
+        }
+    }
+    former.flush(&mut job.minibatches);
+    if job.words > 0 || !job.minibatches.is_empty() {
+        send(job);
+    }
+    Ok(skipped)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn former(keep: Vec<u32>, window: u32, minibatch: usize, seed: u64) -> BatchFormer {
+        let schedule = Schedule {
+            alpha0: 0.025,
+            words_total: 1000,
+        };
+        BatchFormer::new(keep.into(), window, minibatch, seed, 0, schedule)
+    }
+
+    fn form(f: &mut BatchFormer, epoch: u64, sentence: u64, ids: &[u32]) -> Vec<Minibatch> {
+        let mut out = Vec::new();
+        f.add_sentence(epoch, sentence, ids, &mut out);
+        f.flush(&mut out);
+        out
+    }
+
+    #[test]
+    fn windows_and_batches() {
+        let mut f = former(vec![u32::MAX; 10], 1, 2, 7);
+        let out = form(&mut f, 0, 0, &[1, 2, 3, 4, 5]);
+        // window 1: radius always 1.
+        assert_eq!(out.len(), 3);
+        assert_eq!(out[0].inputs, [1, 2]);
+        assert_eq!(out[0].context_counts, [1, 2]);
+        assert_eq!(out[0].outputs, [2, 1, 3]);
+        assert_eq!(out[2].inputs, [5]);
+        assert_eq!(out[2].outputs, [4]);
+        assert_ne!(out[0].seed, out[1].seed);
+        let ids: Vec<u64> = out.iter().map(|m| m.id.seq).collect();
+        assert_eq!(
+            ids,
+            [0, 1, 2],
+            "sequence numbers count the epoch's minibatches"
+        );
+        // All three are complete once the sentence's 5 words are read.
+        assert!(out.iter().all(|m| m.alpha == learning_rate(0.025, 5, 1000)));
+        let again = form(
+            &mut former(vec![u32::MAX; 10], 1, 2, 7),
+            0,
+            0,
+            &[1, 2, 3, 4, 5],
+        );
+        assert_eq!(out, again, "deterministic");
+        let other = form(&mut f, 1, 0, &[1, 2, 3, 4, 5]);
+        assert_ne!(out[0].seed, other[0].seed, "epoch changes the seeds");
+    }
+
+    #[test]
+    fn minibatches_span_sentences_but_windows_do_not() {
+        let mut f = former(vec![u32::MAX; 10], 1, 4, 7);
+        let mut out = Vec::new();
+        f.add_sentence(0, 0, &[1, 2, 3], &mut out);
+        assert!(out.is_empty(), "3 inputs do not fill a minibatch of 4");
+        f.add_sentence(0, 1, &[9], &mut out); // no context: no input
+        f.add_sentence(0, 2, &[4, 5, 6], &mut out);
+        f.flush(&mut out);
+        assert_eq!(out.len(), 2);
+        assert_eq!(out[0].inputs, [1, 2, 3, 4]);
+        assert_eq!((out[0].sentence, out[0].position), (0, 0));
+        assert_eq!((out[1].sentence, out[1].position), (2, 1));
+        // word 3 ends sentence 0: its only context is 2, never 4 of the next sentence.
+        assert_eq!(out[0].outputs, [2, 1, 3, 2, 5]);
+        assert_eq!(out[1].inputs, [5, 6]);
+    }
+
+    #[test]
+    fn subsampling_drops_words_and_radius_bounds_contexts() {
+        let mut keep = vec![u32::MAX; 4];
+        keep[0] = 0; // never keep word 0
+        let mut f = former(keep, 5, 1000, 1);
+        let mut out = Vec::new();
+        let ids: Vec<u32> = (0..400).map(|i| i % 4).collect();
+        assert_eq!(f.add_sentence(3, 9, &ids, &mut out), 300);
+        f.flush(&mut out);
+        let b = &out[0];
+        assert!(!b.outputs.contains(&0) && !b.inputs.contains(&0));
+        assert!(b.context_counts.iter().all(|&c| (1..=10).contains(&c)));
+        assert_eq!(
+            b.context_counts.iter().sum::<u32>() as usize,
+            b.outputs.len()
+        );
+    }
+}

@@ -1,0 +1,106 @@
+//! The one boundary between a training pipeline and the shards of a model.
+//! Two implementations: shards held in this process
+//! (`colonnade_ps_shard::InProcessShards`: targets drawn once for all
+//! shards, nothing encoded) and shards over gRPC
+//! (`colonnade_client::shards::GrpcShards`: broadcast, decode, sum in shard
+//! order). The client's SGNS step is written once against this trait.
+
+use crate::domain::{Minibatch, ShardError};
+use std::future::Future;
+
+/// A failed call to one shard, naming it.
+#[derive(Debug, thiserror::Error)]
+#[error("shard {name} (shard {index} of {count}): {call} failed: {code}: {message}")]
+pub struct CallError {
+    /// The shard's name: its endpoint, or `embedded shard i`.
+    pub name: String,
+    pub index: usize,
+    pub count: usize,
+    /// `dotprod` or `adjust`.
+    pub call: &'static str,
+    pub code: tonic::Code,
+    pub message: String,
+}
+
+impl CallError {
+    /// A gRPC status returned by shard `index` of `count`.
+    pub fn from_status(
+        name: &str,
+        index: usize,
+        count: usize,
+        call: &'static str,
+        status: &tonic::Status,
+    ) -> Self {
+        let message = status.message().to_string();
+        Self::new(name, index, count, call, status.code(), message)
+    }
+
+    fn new(
+        name: &str,
+        index: usize,
+        count: usize,
+        call: &'static str,
+        code: tonic::Code,
+        message: String,
+    ) -> Self {
+        Self {
+            name: name.to_string(),
+            index,
+            count,
+            call,
+            code,
+            message,
+        }
+    }
+
+    /// A shard error of shard `index` of `count`.
+    pub fn from_shard(
+        name: &str,
+        index: usize,
+        count: usize,
+        call: &'static str,
+        e: ShardError,
+    ) -> Self {
+        Self::new(name, index, count, call, e.code(), e.to_string())
+    }
+}
+
+/// The shards of one model, as one training pipeline calls them: a value
+/// shares the shards and owns that pipeline's buffers, so calls take
+/// `&mut self`; [`ModelShards::pipeline`] makes one more. A `dotprod` is
+/// followed by the `adjust` of the same minibatch on the same value; an
+/// implementation that caches the targets it drew pairs the two there.
+///
+/// Dot products and weights are pair-major: per (input, output) pair of
+/// the minibatch in order, its positive, then its `negative` samples.
+pub trait ModelShards: Send + 'static {
+    /// Whether calls compute on the calling thread (shards in this process):
+    /// such pipelines run on blocking threads, off the async reactor.
+    const BLOCKING: bool;
+
+    /// Another handle on the same shards, with its own buffers.
+    fn pipeline(&self) -> Self
+    where
+        Self: Sized;
+
+    /// Negatives per pair of this model.
+    fn negative(&self) -> usize;
+
+    /// Σ over shards, in shard order, of the partial dot products of `mb`,
+    /// into `dots` (pairs × (1 + negative) values).
+    fn dotprod(
+        &mut self,
+        mb: &Minibatch,
+        dots: &mut Vec<f32>,
+    ) -> impl Future<Output = Result<(), CallError>> + Send;
+
+    /// Applies `weights` (laid out as the dot products) on every shard.
+    fn adjust(
+        &mut self,
+        mb: &Minibatch,
+        weights: &[f32],
+    ) -> impl Future<Output = Result<(), CallError>> + Send;
+
+    /// Bytes this handle has sent and received on the wire (0 in process).
+    fn wire_bytes(&self) -> (u64, u64);
+}

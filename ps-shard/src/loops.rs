@@ -1,0 +1,183 @@
+//! The two hot loops of a shard, over a planned minibatch ([`Targets`]):
+//! [`dotprod_loop`] (paper Fig. 5) and [`adjust_loop`] (Fig. 6). Both walk
+//! the dot products grouped by output row ([`RowRuns`]), visiting and locking
+//! each distinct row once. Multiversioned: the kernels inline into a clone
+//! compiled for the best SIMD the CPU has, chosen at run time.
+//!
+//! [`Targets`]: crate::plan::Targets
+
+use crate::hogwild::HogwildMatrix;
+use crate::plan::row_step_scale;
+#[cfg(target_arch = "x86_64")]
+use colonnade_common::kernels::Avx;
+use colonnade_common::kernels::{Portable, Simd};
+use multiversion::multiversion;
+use multiversion::target::match_target;
+
+/// How many rows ahead of use the loops prefetch (hides cache-miss latency on
+/// the random rows of negatives and context words).
+const PREFETCH_AHEAD: usize = 8;
+
+/// The runs of a plan that share one output row, in row order: (row, its
+/// dot products as (dot-product index, input position)), prefetching the
+/// row [`PREFETCH_AHEAD`] runs ahead. Inlined into both loops, so their
+/// multiversioned clones keep the SIMD kernels in line.
+struct RowRuns<'a> {
+    v: &'a HogwildMatrix,
+    plan: &'a [(u32, u32)],
+    groups: &'a [(u32, u32)],
+    next: usize,
+    start: usize,
+}
+
+impl<'a> RowRuns<'a> {
+    #[inline(always)]
+    fn new(v: &'a HogwildMatrix, plan: &'a [(u32, u32)], groups: &'a [(u32, u32)]) -> Self {
+        Self {
+            v,
+            plan,
+            groups,
+            next: 0,
+            start: 0,
+        }
+    }
+}
+
+impl<'a> Iterator for RowRuns<'a> {
+    type Item = (usize, &'a [(u32, u32)]);
+
+    #[inline(always)]
+    fn next(&mut self) -> Option<Self::Item> {
+        let &(row, end) = self.groups.get(self.next)?;
+        if let Some(&(ahead, _)) = self.groups.get(self.next + PREFETCH_AHEAD) {
+            self.v.prefetch_row(ahead as usize);
+        }
+        self.next += 1;
+        let end = end as usize;
+        let run = &self.plan[self.start..end];
+        self.start = end;
+        Some((row as usize, run))
+    }
+}
+
+/// Reads the u rows of every input position into `u_rows`.
+#[inline(always)]
+fn read_input_rows(u: &HogwildMatrix, inputs: &[u32], u_rows: &mut [f32]) {
+    let cols = u.cols();
+    for (i, (&w_in, row)) in inputs.iter().zip(u_rows.chunks_exact_mut(cols)).enumerate() {
+        if let Some(&ahead) = inputs.get(i + PREFETCH_AHEAD) {
+            u.prefetch_row(ahead as usize);
+        }
+        u.read_row(w_in as usize, row);
+    }
+}
+
+/// What both loops read: a validated minibatch's rows and its plan.
+pub(crate) struct Work<'a> {
+    pub u: &'a HogwildMatrix,
+    pub v: &'a HogwildMatrix,
+    pub inputs: &'a [u32],
+    /// (dot-product index, input position), grouped by output row.
+    pub plan: &'a [(u32, u32)],
+    /// Runs of `plan`: (output row, end of the run).
+    pub groups: &'a [(u32, u32)],
+    /// Scratch: per input position, its u row as the call found it.
+    pub u_rows: &'a mut [f32],
+}
+
+/// The dot products of a validated minibatch into `dots`, pair-major
+/// (request order), one visit per distinct output row.
+#[multiversion(targets("x86_64+avx2+fma", "x86_64+avx", "aarch64+neon"))]
+pub(crate) fn dotprod_loop<'a>(work: Work<'a>, dots: &'a mut [f32]) {
+    match_target! {
+        // SAFETY: this arm is compiled only into clones for CPUs with AVX.
+        "x86_64+avx" => dotprod_body(unsafe { Avx::new_unchecked() }, work, dots),
+        _ => dotprod_body(Portable, work, dots),
+    }
+}
+
+#[inline(always)]
+fn dotprod_body<K: Simd>(k: K, work: Work<'_>, dots: &mut [f32]) {
+    let Work {
+        u,
+        v,
+        inputs,
+        plan,
+        groups,
+        u_rows,
+    } = work;
+    let cols = u.cols();
+    read_input_rows(u, inputs, u_rows);
+    let u_rows = &*u_rows;
+    for (x, run) in RowRuns::new(v, plan, groups) {
+        v.with_row(x, |row| {
+            for &(t, p) in run {
+                let p = p as usize;
+                dots[t as usize] = k.dot(&u_rows[p * cols..(p + 1) * cols], row);
+            }
+        });
+    }
+}
+
+/// What [`adjust_loop`] needs beyond [`Work`].
+pub(crate) struct Steps<'a> {
+    /// Per dot product, pair-major: its weight G.
+    pub weights: &'a [f32],
+    /// Per input position: the scale of its Δu.
+    pub input_scale: &'a [f32],
+    /// The minibatch's row step cap (see [`crate::plan::row_step_cap`]).
+    pub cap: u64,
+    /// Scratch: per input position, its accumulated Δu (zeroed).
+    pub u_delta: &'a mut [f32],
+    /// Scratch: one output row's accumulated Δv.
+    pub v_delta: &'a mut [f32],
+}
+
+/// The updates of a validated minibatch (see [`crate::model::Model::adjust`]).
+/// Each output row's Δv and each input word's Δu is scaled by
+/// [`row_step_scale`] of its dot-product count.
+#[multiversion(targets("x86_64+avx2+fma", "x86_64+avx", "aarch64+neon"))]
+pub(crate) fn adjust_loop<'a>(work: Work<'a>, steps: Steps<'a>) {
+    let Work {
+        u,
+        v,
+        inputs,
+        plan,
+        groups,
+        u_rows,
+    } = work;
+    let Steps {
+        weights,
+        input_scale,
+        cap,
+        u_delta,
+        v_delta,
+    } = steps;
+    let k = Portable; // adjust only needs axpy, which LLVM vectorizes fully
+    let cols = u.cols();
+    read_input_rows(u, inputs, u_rows);
+    let u_rows = &*u_rows;
+    for (x, run) in RowRuns::new(v, plan, groups) {
+        let scale = row_step_scale(run.len() as u64, cap);
+        v.with_row_mut(x, |row| {
+            v_delta.fill(0.0);
+            for &(t, p) in run {
+                let (g, p) = (weights[t as usize], p as usize);
+                k.axpy(g, row, &mut u_delta[p * cols..(p + 1) * cols]);
+                k.axpy(g, &u_rows[p * cols..(p + 1) * cols], v_delta);
+            }
+            // scale · Δv, exact when the scale is 1
+            k.axpy(scale, &*v_delta, row);
+        });
+    }
+    for ((&w_in, delta), &scale) in inputs
+        .iter()
+        .zip(u_delta.chunks_exact_mut(cols))
+        .zip(input_scale)
+    {
+        if scale != 1.0 {
+            delta.iter_mut().for_each(|d| *d *= scale);
+        }
+        u.add_row(w_in as usize, delta);
+    }
+}

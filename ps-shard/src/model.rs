@@ -1,0 +1,303 @@
+//! One model's column slice on a shard: its two matrices, its negative
+//! sampler, and the three operations on them: `dotprod`, `adjust` (paper
+//! Fig. 5 and 6, over a minibatch and its drawn [`Targets`]) and `read_rows`
+//! for export. Every minibatch is validated completely before any state is
+//! touched, so a rejected request leaves the model unchanged.
+
+use crate::hogwild::HogwildMatrix;
+use crate::loops::{adjust_loop, dotprod_loop, Steps, Work};
+use crate::plan::Targets;
+use colonnade_common::init::init_input_row;
+use colonnade_common::sampler::AliasSampler;
+use colonnade_proto::domain::invalid_argument as invalid;
+use colonnade_proto::{Matrix, Minibatch, ShardError, ShardSpec};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+#[derive(Default)]
+pub struct ModelStats {
+    pub dotprod_calls: AtomicU64,
+    pub adjust_calls: AtomicU64,
+    pub pairs_adjusted: AtomicU64,
+}
+
+/// One model's column slice.
+pub struct Model {
+    pub spec: ShardSpec,
+    pub fingerprint: u64,
+    u: HogwildMatrix,
+    v: HogwildMatrix,
+    sampler: AliasSampler,
+    pub stats: ModelStats,
+}
+
+/// Reusable per-thread buffers, so steady-state requests allocate nothing
+/// (paper 6.1.3).
+#[derive(Default)]
+pub struct Scratch {
+    /// Per input position: its u row as the call found it.
+    u_rows: Vec<f32>,
+    /// Per input position: its accumulated Δu.
+    u_delta: Vec<f32>,
+    /// One output row's accumulated Δv.
+    v_delta: Vec<f32>,
+}
+
+impl Model {
+    pub fn new(spec: ShardSpec, counts: &[u64]) -> Result<Self, ShardError> {
+        spec.validate()?;
+        if counts.len() as u64 != spec.model.vocab_size {
+            return Err(invalid(format!(
+                "field `counts`: {} counts for vocab_size {}",
+                counts.len(),
+                spec.model.vocab_size
+            )));
+        }
+        let sampler = AliasSampler::new(counts, f64::from(spec.model.sampling_power))
+            .map_err(|e| invalid(format!("field `counts`: {e}")))?;
+        let rows = counts.len();
+        let cols = spec.cols();
+        let (seed, dim, col_start) = (spec.model.init_seed, spec.model.dim, spec.col_start);
+        let no_memory = |e: std::io::Error| {
+            ShardError::ResourceExhausted(format!(
+                "cannot map {} bytes for {rows} words × {cols} columns: {e}",
+                (rows as u64).saturating_mul(cols as u64 * 4)
+            ))
+        };
+        let u = HogwildMatrix::new(rows, cols, |r, row| {
+            init_input_row(seed, dim, r as u64, col_start, row)
+        })
+        .map_err(no_memory)?;
+        let v = HogwildMatrix::zeroed(rows, cols).map_err(no_memory)?;
+        Ok(Self {
+            fingerprint: spec.model.fingerprint(),
+            spec,
+            u,
+            v,
+            sampler,
+            stats: ModelStats::default(),
+        })
+    }
+
+    pub fn memory_bytes(&self) -> usize {
+        self.u.memory_bytes() + self.v.memory_bytes() + self.sampler.memory_bytes()
+    }
+
+    fn negative(&self) -> usize {
+        self.spec.model.negative as usize
+    }
+
+    /// Validates `mb` against this model and draws its targets: per pair its
+    /// output word and the negatives drawn from its seed, planned for the
+    /// loops. Shards of one model draw identical targets (same counts, same
+    /// seed), so a caller holding several shards of a model may draw them
+    /// once and pass them to each one's [`Model::dotprod`] and
+    /// [`Model::adjust`].
+    pub fn draw_targets(&self, mb: &Minibatch, targets: &mut Targets) -> Result<(), ShardError> {
+        mb.validate(self.spec.model.vocab_size)?;
+        targets.draw(&self.sampler, self.negative(), self.fingerprint, mb);
+        Ok(())
+    }
+
+    /// Whether `targets` were drawn for `mb` on this model (see [`Targets::fit`]).
+    pub fn targets_fit(&self, mb: &Minibatch, targets: &Targets) -> bool {
+        targets.fit(self.fingerprint, self.negative(), mb)
+    }
+
+    /// Refuses targets that were not drawn for `mb` on this model.
+    fn check_targets(&self, mb: &Minibatch, t: &Targets) -> Result<(), ShardError> {
+        if self.targets_fit(mb, t) {
+            return Ok(());
+        }
+        mb.validate(self.spec.model.vocab_size)?;
+        Err(invalid(format!(
+            "targets drawn for model {:016x} seed {} ({} dot products) do not belong to this \
+             minibatch (model {:016x}, seed {}, {} pairs)",
+            t.fingerprint,
+            t.seed,
+            t.len(),
+            self.fingerprint,
+            mb.seed,
+            mb.pairs()
+        )))
+    }
+
+    /// Partial dot products of `mb` on this shard's columns (paper Fig. 5),
+    /// pair-major into `dots`: per pair u_s(w_I)·v_s(w_O), then u_s(w_I)·v_s(w̃)
+    /// for each of its negatives.
+    pub fn dotprod(
+        &self,
+        mb: &Minibatch,
+        targets: &Targets,
+        scratch: &mut Scratch,
+        dots: &mut Vec<f32>,
+    ) -> Result<(), ShardError> {
+        self.check_targets(mb, targets)?;
+        scratch
+            .u_rows
+            .resize(mb.inputs.len() * self.spec.cols(), 0.0);
+        dots.clear();
+        dots.resize(targets.len(), 0.0);
+        dotprod_loop(self.work(mb, targets, &mut scratch.u_rows), dots);
+        self.stats.dotprod_calls.fetch_add(1, Relaxed);
+        Ok(())
+    }
+
+    fn work<'a>(&'a self, mb: &'a Minibatch, t: &'a Targets, u_rows: &'a mut [f32]) -> Work<'a> {
+        Work {
+            u: &self.u,
+            v: &self.v,
+            inputs: &mb.inputs,
+            plan: &t.plan,
+            groups: &t.groups,
+            u_rows,
+        }
+    }
+
+    /// Applies Δu_s(w_I) += G·v_s(x) and Δv_s(x) += G·u_s(w_I) for every dot
+    /// product of `mb` (paper Fig. 6), `weights` laid out as the dot products,
+    /// every vector read at its value at the start of the call (paper 5.1).
+    /// One visit per distinct output row x: for each of its dot products, Δu
+    /// of the input position += G·v(x) and Δv(x) += G·u(w_I); then v(x) +=
+    /// s·Δv(x); u is read first and updated after all rows, u(w) += s·Δu. The
+    /// scale s is [`crate::plan::row_step_scale`] of the row's dot-product
+    /// count: 1 unless the row takes more stale steps than the row step cap.
+    /// The weights are checked before any state is touched.
+    pub fn adjust(
+        &self,
+        mb: &Minibatch,
+        targets: &Targets,
+        weights: &[f32],
+        s: &mut Scratch,
+    ) -> Result<(), ShardError> {
+        self.check_targets(mb, targets)?;
+        let pairs = mb.pairs();
+        if weights.len() != targets.len() {
+            return Err(invalid(format!(
+                "field `weights`: {} weights for {pairs} pairs × (1 + {} negatives)",
+                weights.len(),
+                self.negative()
+            )));
+        }
+        if let Some(i) = weights.iter().position(|x| !x.is_finite()) {
+            return Err(invalid(format!(
+                "field `weights`: weight {i} is not finite ({})",
+                weights[i]
+            )));
+        }
+        let cols = self.spec.cols();
+        s.u_rows.resize(mb.inputs.len() * cols, 0.0);
+        s.u_delta.clear();
+        s.u_delta.resize(mb.inputs.len() * cols, 0.0);
+        s.v_delta.resize(cols, 0.0);
+        adjust_loop(
+            self.work(mb, targets, &mut s.u_rows),
+            Steps {
+                weights,
+                input_scale: &targets.input_scale,
+                cap: targets.cap,
+                u_delta: &mut s.u_delta,
+                v_delta: &mut s.v_delta,
+            },
+        );
+        self.stats.adjust_calls.fetch_add(1, Relaxed);
+        self.stats.pairs_adjusted.fetch_add(pairs as u64, Relaxed);
+        Ok(())
+    }
+
+    /// Rows `start..end` of one matrix, this shard's columns, row-major.
+    pub fn read_rows(
+        &self,
+        matrix: Matrix,
+        start: u64,
+        end: u64,
+        out: &mut Vec<f32>,
+    ) -> Result<(), ShardError> {
+        let v = self.spec.model.vocab_size;
+        if start > end || end > v {
+            return Err(invalid(format!(
+                "fields `row_start`/`row_end`: [{start}, {end}) is not within the vocabulary [0, {v})"
+            )));
+        }
+        let m = match matrix {
+            Matrix::Input => &self.u,
+            Matrix::Output => &self.v,
+        };
+        let cols = self.spec.cols();
+        out.clear();
+        out.resize((end - start) as usize * cols, 0.0);
+        for (i, row) in (start..end).enumerate() {
+            m.read_row(row as usize, &mut out[i * cols..(i + 1) * cols]);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fixture::{snapshot, spec, COUNTS};
+
+    fn model() -> Model {
+        Model::new(spec(0..8), &COUNTS).expect("model")
+    }
+
+    fn minibatch(seed: u64, inputs: &[u32], counts: &[u32], outputs: &[u32]) -> Minibatch {
+        Minibatch {
+            seed,
+            inputs: inputs.to_vec(),
+            context_counts: counts.to_vec(),
+            outputs: outputs.to_vec(),
+            ..Minibatch::default()
+        }
+    }
+
+    #[test]
+    fn bad_requests_leave_state_untouched() {
+        let m = model();
+        let good = minibatch(1, &[0, 1], &[2, 1], &[1, 2, 3]);
+        let (mut t, mut s) = (Targets::default(), Scratch::default());
+        m.draw_targets(&good, &mut t).expect("targets");
+        m.adjust(&good, &t, &[0.1; 12], &mut s).expect("adjust");
+        let before = snapshot(&m);
+        let cases = [
+            (minibatch(1, &[0, 1], &[2, 1], &[1, 2, 6]), 12, "`outputs`"),
+            (
+                minibatch(1, &[0, 1], &[2], &[1, 2, 3]),
+                12,
+                "`context_counts`",
+            ),
+            (minibatch(1, &[0, 1], &[2, 2], &[1, 2, 3]), 12, "`outputs`"),
+            (good.clone(), 11, "`weights`"),
+            (minibatch(2, &[0, 1], &[2, 1], &[1, 2, 3]), 12, "targets"),
+        ];
+        for (mb, weights, field) in cases {
+            let e = m
+                .adjust(&mb, &t, &vec![0.1; weights], &mut s)
+                .expect_err(field);
+            assert!(e.to_string().contains(field), "{e} should name {field}");
+            let mut dots = Vec::new();
+            if weights == 12 {
+                assert!(m.dotprod(&mb, &t, &mut s, &mut dots).is_err());
+            }
+        }
+        let mut nan = vec![0.1; 12];
+        nan[4] = f32::NAN;
+        let e = m.adjust(&good, &t, &nan, &mut s).expect_err("nan");
+        assert!(e.to_string().contains("not finite"));
+        assert_eq!(snapshot(&m), before);
+    }
+
+    #[test]
+    fn targets_fit_only_the_minibatch_they_were_drawn_for() {
+        let m = model();
+        let a = minibatch(9, &[0, 1], &[2, 1], &[1, 2, 3]);
+        let mut t = Targets::default();
+        m.draw_targets(&a, &mut t).expect("targets");
+        assert!(m.targets_fit(&a, &t));
+        // Same seed, other outputs: the negatives would differ.
+        assert!(!m.targets_fit(&minibatch(9, &[0, 1], &[2, 1], &[4, 5, 2]), &t));
+        // Same seed and outputs, other inputs: the step scales would differ.
+        assert!(!m.targets_fit(&minibatch(9, &[1, 1], &[2, 1], &[1, 2, 3]), &t));
+        assert_eq!(t.len(), 3 * 4);
+    }
+}

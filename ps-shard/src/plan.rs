@@ -1,0 +1,197 @@
+//! The plan of one minibatch on a model: its [`Targets`] (the output-side
+//! word of every dot product, negatives drawn from the minibatch seed),
+//! grouped by output row so the loops visit each row once, and the step
+//! scales of the row step cap ([`row_step_cap`]).
+
+use colonnade_common::sampler::AliasSampler;
+use colonnade_common::seeds;
+use colonnade_proto::Minibatch;
+
+/// The least number of deferred gradient steps a row may take from one
+/// minibatch before they are scaled down (see [`row_step_cap`]).
+pub const ROW_STEP_CAP: u64 = 64;
+
+/// How many deferred gradient steps one row may take from a minibatch: the
+/// dot products of its largest input position (`negative + 1` per context
+/// word, so 2·window·(negative + 1) in practice: one full window, as
+/// word2vec itself defers), and at least [`ROW_STEP_CAP`]. A row that takes
+/// part in k dot products of a minibatch receives the sum of k steps all
+/// computed from the vectors as they were at the minibatch's start; above
+/// the cap, that sum is scaled by `cap / k` (the mean step, taken `cap`
+/// times). Without it, head-heavy vocabularies (a few hundred words, a hub
+/// node) diverge: their frequent rows take hundreds of stale steps per
+/// minibatch (docs/design.md, "Row step cap").
+pub fn row_step_cap(context_counts: &[u32], negative: u32) -> u64 {
+    let widest = context_counts.iter().copied().max().unwrap_or(0);
+    (u64::from(widest) * (u64::from(negative) + 1)).max(ROW_STEP_CAP)
+}
+
+/// The scale of a row's summed update when it takes part in `k` dot products
+/// of one minibatch: 1 up to `cap` (see [`row_step_cap`]), then `cap / k`.
+#[inline]
+pub fn row_step_scale(k: u64, cap: u64) -> f32 {
+    if k > cap {
+        (cap as f64 / k as f64) as f32
+    } else {
+        1.0
+    }
+}
+
+/// The output-side word of every dot product of a minibatch, in request
+/// order (per pair its positive word, then its negatives: pair-major, as the
+/// dot products and weights travel), whom they belong to, and the same dot
+/// products grouped by output row, in ascending row order, so that the loops
+/// visit and lock each distinct output row once per call however often it
+/// occurs (the negatives of a minibatch repeat the frequent words many times).
+#[derive(Default)]
+pub struct Targets {
+    pub(crate) fingerprint: u64,
+    pub(crate) seed: u64,
+    /// The minibatch's inputs and context counts the plan was made for.
+    pub(crate) inputs: Vec<u32>,
+    pub(crate) context_counts: Vec<u32>,
+    pub(crate) ids: Vec<u32>,
+    negs: Vec<u32>,
+    /// Input position of each pair.
+    input_of_pair: Vec<u32>,
+    /// Sort keys: output row << 32 | dot-product index.
+    keys: Vec<u64>,
+    /// The dot products sorted by output row (ties in request order), each
+    /// as (dot-product index, input position).
+    pub(crate) plan: Vec<(u32, u32)>,
+    /// Runs of `plan` sharing one output row: (row, end of the run in `plan`).
+    pub(crate) groups: Vec<(u32, u32)>,
+    /// The minibatch's [`row_step_cap`].
+    pub(crate) cap: u64,
+    /// Input positions sorted by word: word << 32 | position.
+    input_keys: Vec<u64>,
+    /// Per input position: the scale of its Δu (see [`input_step_scales`]).
+    pub(crate) input_scale: Vec<f32>,
+}
+
+impl Targets {
+    /// Draws the targets of `mb` (validated) for model `fingerprint`: per
+    /// (input, output) pair, the output word, then `negative` negatives drawn
+    /// from the minibatch seed (paper Fig. 5 line 7), and plans them.
+    pub(crate) fn draw(
+        &mut self,
+        sampler: &AliasSampler,
+        negative: usize,
+        fingerprint: u64,
+        mb: &Minibatch,
+    ) {
+        self.negs.resize(negative, 0);
+        self.ids.clear();
+        self.ids.reserve(mb.outputs.len() * (negative + 1));
+        let mut rng = seeds::rng(mb.seed);
+        for &w_out in &mb.outputs {
+            sampler.negatives(&mut rng, w_out, &mut self.negs);
+            self.ids.push(w_out);
+            self.ids.extend_from_slice(&self.negs);
+        }
+        self.group(&mb.inputs, &mb.context_counts, negative + 1);
+        self.fingerprint = fingerprint;
+        self.seed = mb.seed;
+    }
+
+    /// Whether these targets were drawn for `mb` on a model with
+    /// `fingerprint` and `negative` negatives: same seed and positives, hence
+    /// the same negatives; same inputs, hence the same step scales. A
+    /// minibatch they fit is identical in content to the validated one they
+    /// were drawn for.
+    pub(crate) fn fit(&self, fingerprint: u64, negative: usize, mb: &Minibatch) -> bool {
+        let per_pair = negative + 1;
+        self.fingerprint == fingerprint
+            && self.seed == mb.seed
+            && self.ids.len() == mb.outputs.len() * per_pair
+            && self.inputs == mb.inputs
+            && self.context_counts == mb.context_counts
+            && self.ids.iter().step_by(per_pair).eq(mb.outputs.iter())
+    }
+
+    /// Groups `ids` by output row into `plan` and `groups`, and the inputs
+    /// by word into their step scales.
+    fn group(&mut self, inputs: &[u32], context_counts: &[u32], per_pair: usize) {
+        self.inputs.clear();
+        self.inputs.extend_from_slice(inputs);
+        self.context_counts.clear();
+        self.context_counts.extend_from_slice(context_counts);
+        self.cap = row_step_cap(context_counts, per_pair as u32 - 1);
+        input_step_scales(
+            inputs,
+            context_counts,
+            per_pair as u64,
+            self.cap,
+            &mut self.input_keys,
+            &mut self.input_scale,
+        );
+        self.input_of_pair.clear();
+        for (p, &c) in context_counts.iter().enumerate() {
+            self.input_of_pair
+                .extend(std::iter::repeat_n(p as u32, c as usize));
+        }
+        self.keys.clear();
+        self.keys.extend(
+            self.ids
+                .iter()
+                .enumerate()
+                .map(|(t, &row)| (u64::from(row) << 32) | t as u64),
+        );
+        // A stable radix sort on the row alone: ties keep request order.
+        radsort::sort_by_key(&mut self.keys, |&key| (key >> 32) as u32);
+        self.plan.clear();
+        self.groups.clear();
+        for (i, &key) in self.keys.iter().enumerate() {
+            let (row, t) = ((key >> 32) as u32, key as u32);
+            self.plan
+                .push((t, self.input_of_pair[t as usize / per_pair]));
+            match self.groups.last_mut() {
+                Some((last, end)) if *last == row => *end = i as u32 + 1,
+                _ => self.groups.push((row, i as u32 + 1)),
+            }
+        }
+    }
+
+    /// Dot products planned (pairs × (1 + negative)).
+    pub fn len(&self) -> usize {
+        self.ids.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ids.is_empty()
+    }
+}
+
+/// Per input position, the scale of its Δu: an input word's dot products are
+/// counted over all its positions in the minibatch (`context_counts[p]` pairs
+/// of `per_pair` dot products each), so a word at many positions is capped as
+/// one row. `keys` is scratch.
+fn input_step_scales(
+    inputs: &[u32],
+    context_counts: &[u32],
+    per_pair: u64,
+    cap: u64,
+    keys: &mut Vec<u64>,
+    scale: &mut Vec<f32>,
+) {
+    keys.clear();
+    keys.extend(
+        inputs
+            .iter()
+            .enumerate()
+            .map(|(p, &w)| (u64::from(w) << 32) | p as u64),
+    );
+    keys.sort_unstable();
+    scale.clear();
+    scale.resize(inputs.len(), 1.0);
+    for run in keys.chunk_by(|a, b| a >> 32 == b >> 32) {
+        let pairs: u64 = run
+            .iter()
+            .map(|&key| u64::from(context_counts[key as u32 as usize]))
+            .sum();
+        let s = row_step_scale(pairs * per_pair, cap);
+        for &key in run {
+            scale[key as u32 as usize] = s;
+        }
+    }
+}

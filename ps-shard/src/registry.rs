@@ -1,0 +1,154 @@
+//! The models a shard holds, keyed by fingerprint: creating (or attaching
+//! to) one within the shard's memory limit, looking one up, dropping one.
+
+use crate::model::Model;
+use colonnade_proto::{ShardError, ShardSpec};
+use dashmap::mapref::entry::Entry;
+use dashmap::DashMap;
+use std::sync::Arc;
+
+/// All models this shard holds, keyed by fingerprint.
+#[derive(Default)]
+pub struct ShardCore {
+    models: DashMap<u64, Arc<Model>>,
+    /// Refuse models whose matrices would exceed this many bytes.
+    pub max_model_bytes: Option<u64>,
+}
+
+/// What `create_model` did.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Created {
+    pub fingerprint: u64,
+    pub existed: bool,
+}
+
+impl ShardCore {
+    pub fn new(max_model_bytes: Option<u64>) -> Self {
+        Self {
+            models: DashMap::new(),
+            max_model_bytes,
+        }
+    }
+
+    /// Creates the model, or attaches to it if this shard already holds the same
+    /// model with the same columns (its trained state is kept).
+    pub fn create_model(&self, spec: ShardSpec, counts: &[u64]) -> Result<Created, ShardError> {
+        let fingerprint = spec.model.fingerprint();
+        if let Some(existing) = self.admit(&spec)? {
+            return Ok(existing);
+        }
+        let model = Arc::new(Model::new(spec.clone(), counts)?);
+        match self.models.entry(fingerprint) {
+            Entry::Occupied(e) => attach(e.get(), &spec),
+            Entry::Vacant(e) => {
+                e.insert(model);
+                Ok(Created {
+                    fingerprint,
+                    existed: false,
+                })
+            }
+        }
+    }
+
+    /// Whether `spec` may be created here, checked before its counts are
+    /// received: the spec is valid and fits `max_model_bytes`; `Some` when
+    /// this shard already holds the model (attaching to it is allowed).
+    pub fn admit(&self, spec: &ShardSpec) -> Result<Option<Created>, ShardError> {
+        spec.validate()?;
+        if let Some(existing) = self.models.get(&spec.model.fingerprint()) {
+            return attach(&existing, spec).map(Some);
+        }
+        if let Some(limit) = self.max_model_bytes {
+            if spec.matrix_bytes() > limit {
+                return Err(ShardError::ResourceExhausted(format!(
+                    "model needs {} bytes for {} words × ({} columns + a row lock) × 2 matrices, over this shard's limit of {limit}",
+                    spec.matrix_bytes(),
+                    spec.model.vocab_size,
+                    spec.cols()
+                )));
+            }
+        }
+        Ok(None)
+    }
+
+    pub fn model(&self, fingerprint: u64) -> Result<Arc<Model>, ShardError> {
+        self.models
+            .get(&fingerprint)
+            .map(|m| Arc::clone(&m))
+            .ok_or_else(|| {
+                let held: Vec<String> = self
+                    .models
+                    .iter()
+                    .map(|m| format!("{:016x}", m.key()))
+                    .collect();
+                ShardError::FailedPrecondition(format!(
+                "this shard holds no model with fingerprint {fingerprint:016x} (it holds: [{}]); \
+                 was it created with another vocabulary or configuration, or restarted?",
+                held.join(", ")
+            ))
+            })
+    }
+
+    pub fn models(&self) -> Vec<Arc<Model>> {
+        let mut all: Vec<_> = self.models.iter().map(|m| Arc::clone(&m)).collect();
+        all.sort_by_key(|m| m.fingerprint);
+        all
+    }
+
+    pub fn drop_model(&self, fingerprint: u64) -> bool {
+        self.models.remove(&fingerprint).is_some()
+    }
+}
+
+fn attach(existing: &Model, spec: &ShardSpec) -> Result<Created, ShardError> {
+    if existing.spec != *spec {
+        return Err(ShardError::FailedPrecondition(format!(
+            "this shard already holds model {:016x} with columns [{}, {}), asked for [{}, {})",
+            existing.fingerprint,
+            existing.spec.col_start,
+            existing.spec.col_end,
+            spec.col_start,
+            spec.col_end
+        )));
+    }
+    Ok(Created {
+        fingerprint: existing.fingerprint,
+        existed: true,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fixture::{spec, COUNTS};
+
+    #[test]
+    fn create_is_idempotent_and_guards_columns() {
+        let core = ShardCore::new(None);
+        let a = core.create_model(spec(0..4), &COUNTS).expect("create");
+        assert!(!a.existed);
+        let b = core.create_model(spec(0..4), &COUNTS).expect("attach");
+        assert_eq!(
+            b,
+            Created {
+                fingerprint: a.fingerprint,
+                existed: true
+            }
+        );
+        assert!(matches!(
+            core.create_model(spec(4..8), &COUNTS),
+            Err(ShardError::FailedPrecondition(_))
+        ));
+        assert!(matches!(
+            core.create_model(spec(0..9), &COUNTS),
+            Err(ShardError::InvalidArgument(_))
+        ));
+        let limited = ShardCore::new(Some(10));
+        assert!(matches!(
+            limited.create_model(spec(0..4), &COUNTS),
+            Err(ShardError::ResourceExhausted(_))
+        ));
+        assert!(core.drop_model(a.fingerprint));
+        assert!(core.model(a.fingerprint).is_err());
+    }
+}
