@@ -48,6 +48,21 @@ pub fn column_range(dim: u32, shards: u32, index: u32) -> Range<u32> {
     start as u32..end as u32
 }
 
+/// Copies one shard's column slice of some rows (`part`, row-major,
+/// `cols.len()` wide) into full rows (`full`, row-major, `dim` wide) at
+/// columns `cols`: how every reader of a sharded model reassembles vectors.
+/// Rows beyond the shorter of the two are left alone.
+pub fn place_columns(full: &mut [f32], dim: usize, cols: Range<u32>, part: &[f32]) {
+    let (c0, c1) = (cols.start as usize, cols.end as usize);
+    let width = c1 - c0;
+    if width == 0 {
+        return;
+    }
+    for (row, slice) in full.chunks_exact_mut(dim).zip(part.chunks_exact(width)) {
+        row[c0..c1].copy_from_slice(slice);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -109,6 +124,26 @@ mod tests {
         ];
         for v in variants {
             assert_ne!(v.fingerprint(), base.fingerprint(), "{v:?}");
+        }
+    }
+
+    #[test]
+    fn placed_columns_reassemble_rows_for_any_split() {
+        let (rows, dim) = (3usize, 7u32);
+        let value = |r: usize, c: usize| (100 * r + c) as f32;
+        let want: Vec<f32> = (0..rows)
+            .flat_map(|r| (0..dim as usize).map(move |c| value(r, c)))
+            .collect();
+        for shards in 1..=dim {
+            let mut full = vec![f32::NAN; rows * dim as usize];
+            for i in 0..shards {
+                let cols = column_range(dim, shards, i);
+                let part: Vec<f32> = (0..rows)
+                    .flat_map(|r| cols.clone().map(move |c| value(r, c as usize)))
+                    .collect();
+                place_columns(&mut full, dim as usize, cols, &part);
+            }
+            assert_eq!(full, want, "{shards} shards");
         }
     }
 }
