@@ -1,23 +1,18 @@
 //! The Colonnade client (`colonnade`): a stateless worker that reads its part of
 //! the corpus, forms minibatches ([`batch`]), drives the shards through
 //! `dotprod`/`adjust` ([`train`], over [`shards::ShardApi`]) and exports the
-//! result; plus the `vocab` and `export` commands ([`cli`]), and the commands
-//! that use trained vectors: `eval` ([`eval`]: analogies and word-pair
-//! similarity, gensim-compatible) and `similar` ([`similar`]: exact nearest
-//! neighbours), over vectors read back by [`vectors`] and searched by [`knn`];
-//! and `models` ([`models`]: list and drop the models running shards hold).
+//! result; plus the `vocab` and `export` commands ([`cli`]), `models`
+//! ([`models`]: list and drop the models running shards hold), and the
+//! commands that use trained vectors, `eval` and `similar`, which run
+//! `colonnade-eval`.
 //!
 //! While training it holds no model state: every vector lives on the shards. It must never
 //! send vectors or gradients, only word ids, seeds and weights.
 
 pub mod batch;
 pub mod cli;
-pub mod eval;
 pub mod health;
-pub mod knn;
 pub mod models;
 pub mod preflight;
 pub mod shards;
-pub mod similar;
 pub mod train;
-pub mod vectors;
