@@ -40,9 +40,9 @@ pub enum Command {
     /// Probe shards with grpc.health.v1 (exit 0 when all are SERVING).
     Health(crate::health::HealthArgs),
     /// Evaluate vectors: analogies (3CosAdd, 3CosMul) and word-pair similarity.
-    Eval(crate::eval::EvalArgs),
+    Eval(colonnade_eval::evaluate::EvalArgs),
     /// Nearest neighbours of words by cosine over the whole vocabulary.
-    Similar(crate::similar::SimilarArgs),
+    Similar(colonnade_eval::similar::SimilarArgs),
     /// List the models running shards hold, or drop one.
     Models(crate::models::ModelsArgs),
 }
@@ -406,11 +406,11 @@ pub async fn run_train(args: TrainArgs) -> anyhow::Result<TrainSummary> {
                 col_end: cols.end,
             });
         }
-        let attrs = attributes(
+        let provenance = attributes(
             &args,
             &params,
+            &spec,
             fingerprint,
-            &vocab,
             &summary,
             endpoints.len(),
         );
@@ -419,7 +419,8 @@ pub async fn run_train(args: TrainArgs) -> anyhow::Result<TrainSummary> {
             fingerprint,
             &vocab,
             args.size,
-            &args.out.options(attrs),
+            &args.out,
+            &provenance,
         )
         .await?;
         for f in &out.files {
@@ -563,42 +564,30 @@ fn check_memory(
     Ok(())
 }
 
+/// The provenance of the trained model: what the shards hold, and the run.
 fn attributes(
     args: &TrainArgs,
     params: &TrainParams,
+    spec: &colonnade_common::model::ModelSpec,
     fingerprint: u64,
-    vocab: &Vocab,
     summary: &TrainSummary,
     shards: usize,
-) -> serde_json::Map<String, serde_json::Value> {
-    let mut m = serde_json::Map::new();
-    m.insert("colonnade_version".into(), env!("CARGO_PKG_VERSION").into());
-    m.insert(
-        "model_fingerprint".into(),
-        format!("{fingerprint:016x}").into(),
-    );
-    m.insert(
-        "vocab_fingerprint".into(),
-        format!("{:016x}", vocab.fingerprint()).into(),
-    );
-    m.insert("dim".into(), args.size.into());
-    m.insert("window".into(), args.window.into());
-    m.insert("negative".into(), args.negative.into());
-    m.insert("min_count".into(), args.min_count.into());
-    m.insert("sample".into(), args.sample.into());
-    m.insert("alpha".into(), f64::from(args.alpha).into());
-    m.insert("iter".into(), args.iter.into());
-    m.insert("minibatch".into(), (args.minibatch as u64).into());
-    m.insert("seed".into(), args.seed.into());
-    m.insert("init_seed".into(), args.seed.into());
-    m.insert(
-        "sampling_power".into(),
-        f64::from(args.sampling_power).into(),
-    );
-    m.insert("shards".into(), (shards as u64).into());
-    m.insert("train_words".into(), summary.tokens.into());
-    m.insert("train_seconds".into(), summary.seconds.into());
+) -> colonnade_formats::Provenance {
     let config = serde_json::json!({ "params": params, "corpus": args.corpus, "summary": summary });
-    m.insert("config_json".into(), config.to_string().into());
-    m
+    colonnade_formats::Provenance {
+        training: Some(colonnade_formats::Training {
+            window: args.window.into(),
+            min_count: args.min_count,
+            sample: args.sample,
+            alpha: args.alpha.into(),
+            iter: args.iter.into(),
+            minibatch: args.minibatch as u64,
+            seed: args.seed,
+            sampling_power: args.sampling_power.into(),
+            train_words: summary.tokens,
+            train_seconds: summary.seconds,
+            config_json: config.to_string(),
+        }),
+        ..colonnade_exporter::model_provenance(spec, fingerprint, shards)
+    }
 }

@@ -21,10 +21,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Command::Export(args) => colonnade_exporter::cli::run(args).await,
             Command::Health(args) => colonnade_client::health::run(&args).await,
             Command::Eval(args) => {
-                tokio::task::block_in_place(|| colonnade_client::eval::run(&args))
+                tokio::task::block_in_place(|| colonnade_eval::evaluate::run(&args))
             }
             Command::Similar(args) => {
-                tokio::task::block_in_place(|| colonnade_client::similar::run(&args))
+                tokio::task::block_in_place(|| colonnade_eval::similar::run(&args))
             }
             Command::Models(args) => colonnade_client::models::run(args).await,
         }

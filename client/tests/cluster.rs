@@ -6,7 +6,8 @@ mod common;
 
 use colonnade_client::shards::{create_model, model_spec, GrpcShard, GrpcShards};
 use colonnade_common::vocab::Vocab;
-use colonnade_exporter::{discover, export, ExportOptions};
+use colonnade_exporter::cli::OutputArgs;
+use colonnade_exporter::{discover, export, model_provenance};
 use colonnade_proto::v1::{self, AdjustRequest, DotprodRequest, Minibatch};
 use colonnade_proto::{encode_f32, encode_u32};
 use colonnade_ps_shard::{Matrix, SpawnedShard};
@@ -29,12 +30,13 @@ async fn hdf5_export_equals_shard_state() {
     let (mut handles, spec, found) = discover(&endpoints, None).await.expect("discover");
     assert_eq!(found, fp);
     let h5 = dir.path().join("model.h5");
-    let opts = ExportOptions {
-        hdf5: Some(h5.clone()),
-        include_output: true,
+    let out = OutputArgs {
+        output: Some(h5.clone()),
+        output_vectors: true,
         ..Default::default()
     };
-    export(&mut handles, fp, &vocab, spec.dim, &opts)
+    let provenance = model_provenance(&spec, fp, handles.len());
+    export(&mut handles, fp, &vocab, spec.dim, &out, &provenance)
         .await
         .expect("export");
 

@@ -65,21 +65,6 @@ pub fn place_columns(full: &mut [f32], dim: usize, cols: Range<u32>, part: &[f32
 
 #[cfg(test)]
 mod tests {
-    #[test]
-    fn placed_columns_tile_full_rows() {
-        let dim = 5;
-        let mut full = vec![0.0f32; 2 * dim];
-        for (i, cols) in [(0u32..2), (2..5)].into_iter().enumerate() {
-            let width = cols.len();
-            let part: Vec<f32> = (0..2 * width).map(|k| (10 * i + k) as f32).collect();
-            place_columns(&mut full, dim, cols, &part);
-        }
-        assert_eq!(
-            full,
-            [0.0, 1.0, 10.0, 11.0, 12.0, 2.0, 3.0, 13.0, 14.0, 15.0]
-        );
-    }
-
     use super::*;
 
     #[test]
@@ -139,6 +124,26 @@ mod tests {
         ];
         for v in variants {
             assert_ne!(v.fingerprint(), base.fingerprint(), "{v:?}");
+        }
+    }
+
+    #[test]
+    fn placed_columns_reassemble_rows_for_any_split() {
+        let (rows, dim) = (3usize, 7u32);
+        let value = |r: usize, c: usize| (100 * r + c) as f32;
+        let want: Vec<f32> = (0..rows)
+            .flat_map(|r| (0..dim as usize).map(move |c| value(r, c)))
+            .collect();
+        for shards in 1..=dim {
+            let mut full = vec![f32::NAN; rows * dim as usize];
+            for i in 0..shards {
+                let cols = column_range(dim, shards, i);
+                let part: Vec<f32> = (0..rows)
+                    .flat_map(|r| cols.clone().map(move |c| value(r, c as usize)))
+                    .collect();
+                place_columns(&mut full, dim as usize, cols, &part);
+            }
+            assert_eq!(full, want, "{shards} shards");
         }
     }
 }

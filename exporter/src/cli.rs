@@ -1,12 +1,13 @@
 //! `colonnade-export` / `colonnade export`: export a model from running shards.
 
 use crate::outputs::{check_outputs, FlagPath};
-use crate::{discover, export, ExportOptions};
+use crate::{discover, export, model_provenance};
 use anyhow::bail;
 use colonnade_common::vocab::Vocab;
 use std::path::PathBuf;
 
-/// Output files; shared by `colonnade train` and `colonnade export`.
+/// The files to write, and how: the output flags of `colonnade train` and
+/// `colonnade export`, and what [`crate::export`] takes.
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct OutputArgs {
     /// HDF5 file to write (`vectors`, `words`, `counts`, attributes).
@@ -33,12 +34,9 @@ pub struct OutputArgs {
 }
 
 impl OutputArgs {
+    /// Whether any file is to be written.
     pub fn any(&self) -> bool {
-        self.output.is_some()
-            || self.output_text.is_some()
-            || self.output_binary.is_some()
-            || self.output_tsv_vectors.is_some()
-            || self.output_tsv_metadata.is_some()
+        !self.paths().is_empty()
     }
 
     /// Every output file given, with its flag (for [`crate::outputs::check_outputs`]).
@@ -53,19 +51,6 @@ impl OutputArgs {
         .into_iter()
         .filter_map(|(flag, p)| p.as_deref().map(|p| FlagPath::new(flag, p)))
         .collect()
-    }
-
-    pub fn options(&self, attributes: serde_json::Map<String, serde_json::Value>) -> ExportOptions {
-        ExportOptions {
-            hdf5: self.output.clone(),
-            text: self.output_text.clone(),
-            binary: self.output_binary.clone(),
-            tsv_vectors: self.output_tsv_vectors.clone(),
-            tsv_metadata: self.output_tsv_metadata.clone(),
-            include_output: self.output_vectors,
-            compress: self.hdf5_compress,
-            attributes,
-        }
     }
 }
 
@@ -107,18 +92,8 @@ pub async fn run(args: ExportArgs) -> anyhow::Result<()> {
             spec.vocab_size
         );
     }
-    let mut attrs = serde_json::Map::new();
-    attrs.insert("colonnade_version".into(), env!("CARGO_PKG_VERSION").into());
-    attrs.insert("model_fingerprint".into(), format!("{fp:016x}").into());
-    attrs.insert(
-        "vocab_fingerprint".into(),
-        format!("{:016x}", spec.vocab_fingerprint).into(),
-    );
-    attrs.insert("dim".into(), spec.dim.into());
-    attrs.insert("negative".into(), spec.negative.into());
-    attrs.insert("init_seed".into(), spec.init_seed.into());
-    attrs.insert("shards".into(), (shards.len() as u64).into());
-    let summary = export(&mut shards, fp, &vocab, spec.dim, &args.out.options(attrs)).await?;
+    let provenance = model_provenance(&spec, fp, shards.len());
+    let summary = export(&mut shards, fp, &vocab, spec.dim, &args.out, &provenance).await?;
     for f in &summary.files {
         tracing::info!(file = %f.display(), rows = summary.rows, dim = summary.dim, "written");
     }

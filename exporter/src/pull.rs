@@ -1,11 +1,14 @@
-//! Pulling column slices from the shards and assembling rows.
+//! Pulling column slices from the shards, assembling rows and handing them
+//! to the file writers of `colonnade-formats`.
 
-use crate::hdf5_out::Hdf5Writer;
-use crate::tsv::ProjectorWriter;
-use crate::word2vec::{BinaryWriter, TextWriter};
+use crate::cli::OutputArgs;
 use anyhow::{bail, Context};
-use colonnade_common::model::ModelSpec;
+use colonnade_common::model::{place_columns, ModelSpec};
 use colonnade_common::vocab::Vocab;
+use colonnade_formats::h5::Hdf5Writer;
+use colonnade_formats::tsv::ProjectorWriter;
+use colonnade_formats::word2vec::{Encoding, Word2vecWriter};
+use colonnade_formats::Provenance;
 use colonnade_proto::v1::shard_client::ShardClient;
 use colonnade_proto::v1::{Matrix, ModelStatus, PullRowsRequest, StatusRequest};
 use colonnade_proto::{connect, decode_f32};
@@ -23,28 +26,26 @@ pub struct ShardHandle {
     pub col_end: u32,
 }
 
-/// What to write.
-#[derive(Clone, Debug, Default)]
-pub struct ExportOptions {
-    pub hdf5: Option<PathBuf>,
-    pub text: Option<PathBuf>,
-    pub binary: Option<PathBuf>,
-    /// TensorBoard projector TSV files (vectors; metadata = the words).
-    pub tsv_vectors: Option<PathBuf>,
-    pub tsv_metadata: Option<PathBuf>,
-    /// Also write the output vectors v(w) to HDF5 (`output_vectors`).
-    pub include_output: bool,
-    /// Deflate level for chunked, compressed HDF5 datasets (None: contiguous).
-    pub compress: Option<u8>,
-    /// Root attributes: the training configuration and provenance, as JSON.
-    pub attributes: serde_json::Map<String, serde_json::Value>,
-}
-
 #[derive(Debug)]
 pub struct ExportSummary {
     pub rows: u64,
     pub dim: u32,
     pub files: Vec<PathBuf>,
+}
+
+/// The provenance of a model on shards: what `colonnade export` records,
+/// and what `colonnade train` extends with its run.
+pub fn model_provenance(spec: &ModelSpec, model_fingerprint: u64, shards: usize) -> Provenance {
+    Provenance {
+        colonnade_version: env!("CARGO_PKG_VERSION").into(),
+        model_fingerprint,
+        vocab_fingerprint: spec.vocab_fingerprint,
+        dim: spec.dim.into(),
+        negative: spec.negative.into(),
+        init_seed: spec.init_seed,
+        shards: shards as u64,
+        training: None,
+    }
 }
 
 /// Parses a model fingerprint as `colonnade models list` prints it (16 hex
@@ -185,7 +186,6 @@ async fn pull_block(
     out.resize(rows * dim, 0.0);
     for shard in shards.iter_mut() {
         let cols = (shard.col_end - shard.col_start) as usize;
-        let c0 = shard.col_start as usize;
         let request = PullRowsRequest {
             model_fingerprint: fingerprint,
             matrix: matrix as i32,
@@ -211,7 +211,10 @@ async fn pull_block(
         {
             let values = decode_f32("values", &block.values)?;
             let n = block.rows as usize;
-            if block.row_start != start + received || values.len() != n * cols {
+            if block.row_start != start + received
+                || received + n as u64 > end - start
+                || values.len() != n * cols
+            {
                 bail!(
                     "shard {}: malformed row block (start {}, {} rows, {} values for {cols} columns)",
                     shard.endpoint,
@@ -221,10 +224,12 @@ async fn pull_block(
                 );
             }
             let base = (block.row_start - start) as usize;
-            for r in 0..n {
-                out[(base + r) * dim + c0..(base + r) * dim + c0 + cols]
-                    .copy_from_slice(&values[r * cols..(r + 1) * cols]);
-            }
+            place_columns(
+                &mut out[base * dim..(base + n) * dim],
+                dim,
+                shard.col_start..shard.col_end,
+                &values,
+            );
             received += n as u64;
         }
         if received != end - start {
@@ -238,42 +243,47 @@ async fn pull_block(
     Ok(())
 }
 
-/// Pulls the model and writes every requested file.
+/// Pulls the model and writes every file `out` asks for; an HDF5 file gets
+/// `provenance` as its attributes.
 pub async fn export(
     shards: &mut [ShardHandle],
     fingerprint: u64,
     vocab: &Vocab,
     dim: u32,
-    opts: &ExportOptions,
+    out: &OutputArgs,
+    provenance: &Provenance,
 ) -> anyhow::Result<ExportSummary> {
     let v = vocab.len() as u64;
     let d = dim as usize;
-    let mut h5 = opts
-        .hdf5
+    let mut h5 = out
+        .output
         .as_ref()
         .map(|p| {
             Hdf5Writer::create(
                 p,
-                vocab,
+                vocab.words(),
+                vocab.counts(),
                 dim,
-                opts.include_output,
-                opts.compress,
-                &opts.attributes,
+                out.output_vectors,
+                out.hdf5_compress,
+                provenance,
             )
         })
         .transpose()?;
-    let mut text = opts
-        .text
+    let mut text = out
+        .output_text
         .as_ref()
-        .map(|p| TextWriter::create(p, v, dim))
+        .map(|p| Word2vecWriter::create(p, Encoding::Text, v, dim))
         .transpose()?;
-    let mut binary = opts
-        .binary
+    let mut binary = out
+        .output_binary
         .as_ref()
-        .map(|p| BinaryWriter::create(p, v, dim))
+        .map(|p| Word2vecWriter::create(p, Encoding::Binary, v, dim))
         .transpose()?;
-    let mut tsv = (opts.tsv_vectors.is_some() || opts.tsv_metadata.is_some())
-        .then(|| ProjectorWriter::create(opts.tsv_vectors.as_deref(), opts.tsv_metadata.as_deref()))
+    let tsv_vectors = out.output_tsv_vectors.as_deref();
+    let tsv_metadata = out.output_tsv_metadata.as_deref();
+    let mut tsv = (tsv_vectors.is_some() || tsv_metadata.is_some())
+        .then(|| ProjectorWriter::create(tsv_vectors, tsv_metadata))
         .transpose()?;
     let mut block = Vec::new();
     let mut start = 0;
@@ -306,7 +316,7 @@ pub async fn export(
         }
         start = end;
     }
-    if opts.include_output {
+    if out.output_vectors {
         if let Some(w) = h5.as_mut() {
             let mut start = 0;
             while start < v {

@@ -8,8 +8,8 @@
 //! `--min-cosine` drops the less similar ones, and a word left with none is
 //! reported on stderr.
 
+use crate::embeddings::{CaseFold, Embeddings};
 use crate::knn::{self, row_slice};
-use crate::vectors::{CaseFold, Embeddings};
 use anyhow::{bail, Context};
 use ndarray::Array2;
 use serde::Serialize;
@@ -72,8 +72,7 @@ pub struct SimilarReport {
 fn read_queries(args: &SimilarArgs) -> anyhow::Result<Vec<String>> {
     let mut words = args.words.clone();
     if let Some(path) = &args.queries {
-        let bytes =
-            std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+        let bytes = fs_err::read(path)?;
         for (i, line) in bytes.split(|b| *b == b'\n').enumerate() {
             let line = std::str::from_utf8(line)
                 .with_context(|| format!("{}:{}: not UTF-8", path.display(), i + 1))?

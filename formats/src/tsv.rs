@@ -6,34 +6,10 @@
 //! contain ASCII whitespace (tabs and newlines included), so no escaping is
 //! needed; a word that does is refused.
 
-use crate::word2vec::check_word;
-use anyhow::Context;
-use std::fs::File;
-use std::io::{BufWriter, Write};
+use crate::out::{check_word, Out};
+use crate::Error;
+use std::io::Write;
 use std::path::{Path, PathBuf};
-
-struct Out {
-    path: PathBuf,
-    w: BufWriter<File>,
-}
-
-impl Out {
-    fn create(path: &Path) -> anyhow::Result<Self> {
-        let file =
-            File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
-        Ok(Self {
-            path: path.to_path_buf(),
-            w: BufWriter::with_capacity(1 << 20, file),
-        })
-    }
-
-    fn finish(mut self) -> anyhow::Result<PathBuf> {
-        self.w
-            .flush()
-            .with_context(|| format!("cannot write {}", self.path.display()))?;
-        Ok(self.path)
-    }
-}
 
 /// Writes either file or both; rows arrive in vocabulary order.
 pub struct ProjectorWriter {
@@ -42,40 +18,32 @@ pub struct ProjectorWriter {
 }
 
 impl ProjectorWriter {
-    pub fn create(vectors: Option<&Path>, metadata: Option<&Path>) -> anyhow::Result<Self> {
+    pub fn create(vectors: Option<&Path>, metadata: Option<&Path>) -> Result<Self, Error> {
         Ok(Self {
             vectors: vectors.map(Out::create).transpose()?,
             metadata: metadata.map(Out::create).transpose()?,
         })
     }
 
-    pub fn write(&mut self, word: &str, row: &[f32]) -> anyhow::Result<()> {
+    pub fn write(&mut self, word: &str, row: &[f32]) -> Result<(), Error> {
         if let Some(o) = self.metadata.as_mut() {
             check_word(word, &o.path)?;
-            let w = &mut o.w;
-            (|| {
-                w.write_all(word.as_bytes())?;
-                w.write_all(b"\n")
-            })()
-            .with_context(|| format!("cannot write {}", o.path.display()))?;
+            o.w.write_all(word.as_bytes())?;
+            o.w.write_all(b"\n")?;
         }
         if let Some(o) = self.vectors.as_mut() {
-            let w = &mut o.w;
-            (|| {
-                for (i, x) in row.iter().enumerate() {
-                    if i > 0 {
-                        w.write_all(b"\t")?;
-                    }
-                    write!(w, "{x}")?;
+            for (i, x) in row.iter().enumerate() {
+                if i > 0 {
+                    o.w.write_all(b"\t")?;
                 }
-                w.write_all(b"\n")
-            })()
-            .with_context(|| format!("cannot write {}", o.path.display()))?;
+                write!(o.w, "{x}")?;
+            }
+            o.w.write_all(b"\n")?;
         }
         Ok(())
     }
 
-    pub fn finish(self) -> anyhow::Result<Vec<PathBuf>> {
+    pub fn finish(self) -> Result<Vec<PathBuf>, Error> {
         let mut files = Vec::new();
         for o in [self.vectors, self.metadata].into_iter().flatten() {
             files.push(o.finish()?);
@@ -109,7 +77,7 @@ mod tests {
         let m = dir.path().join("m.tsv");
         let mut w = ProjectorWriter::create(None, Some(&m)).expect("create");
         let err = w.write("a\tb", &[0.0]).expect_err("must refuse");
-        let msg = format!("{err:#}");
+        let msg = err.to_string();
         assert!(msg.contains("m.tsv") && msg.contains("whitespace"), "{msg}");
     }
 }

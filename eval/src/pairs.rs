@@ -14,8 +14,8 @@
 //!   Pearson correlation of the ranks (ties get their average rank, as
 //!   `scipy.stats.spearmanr`), reported with Pearson's r.
 
-use super::{py_strip, EvalError};
-use crate::vectors::Embeddings;
+use crate::embeddings::Embeddings;
+use crate::evaluate::{py_strip, EvalError};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 
@@ -38,11 +38,7 @@ pub struct PairSet {
 
 impl PairSet {
     pub fn load(path: &Path) -> Result<Self, EvalError> {
-        let bytes = std::fs::read(path).map_err(|source| EvalError::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        Self::parse(path, &bytes)
+        Self::parse(path, &fs_err::read(path)?)
     }
 
     pub fn parse(path: &Path, bytes: &[u8]) -> Result<Self, EvalError> {
@@ -105,7 +101,7 @@ fn no_pairs(path: &Path, first_invalid: Option<(u64, &str)>) -> EvalError {
         };
     };
     let shown: String = text.chars().take(80).collect();
-    let hint = if text.split('\t').count() != 3 && super::py_split(text).count() == 3 {
+    let hint = if text.split('\t').count() != 3 && crate::evaluate::py_split(text).count() == 3 {
         " (this line has 3 fields separated by spaces, not TABs)"
     } else {
         ""

@@ -5,10 +5,8 @@
 //! (`tests/python/test_eval_parity.py` checks it). A table by default, JSON
 //! with `--json`.
 
-pub mod analogy;
-pub mod pairs;
-
-use crate::vectors::Embeddings;
+use crate::embeddings::Embeddings;
+use crate::{analogy, pairs};
 use anyhow::{bail, Context};
 use serde::Serialize;
 use std::fmt::Write as _;
@@ -17,11 +15,9 @@ use std::time::Instant;
 
 #[derive(Debug, thiserror::Error)]
 pub enum EvalError {
-    #[error("{path}: {source}")]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    /// Reading a file; the message names the path (it comes from `fs-err`).
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
     #[error("{path}:{line}: {msg}")]
     Parse {
         path: PathBuf,
@@ -91,7 +87,7 @@ pub struct EvalArgs {
 #[derive(Debug, Serialize)]
 pub struct VectorsInfo {
     pub path: PathBuf,
-    pub format: crate::vectors::Format,
+    pub format: colonnade_formats::Format,
     pub words: usize,
     pub dim: usize,
 }

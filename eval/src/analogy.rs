@@ -22,9 +22,9 @@
 //!   sections whose names do not / do start with `gram` (the Google set's
 //!   first 5 sections are semantic).
 
-use super::{py_split, py_strip, EvalError};
+use crate::embeddings::{CaseFold, Embeddings};
+use crate::evaluate::{py_split, py_strip, EvalError};
 use crate::knn::{self, row_slice, TopK};
-use crate::vectors::{CaseFold, Embeddings};
 use ndarray::{s, Array2};
 use serde::Serialize;
 use std::collections::HashMap;
@@ -64,11 +64,7 @@ pub struct AnalogySet {
 
 impl AnalogySet {
     pub fn load(path: &Path) -> Result<Self, EvalError> {
-        let bytes = std::fs::read(path).map_err(|source| EvalError::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        Self::parse(path, &bytes)
+        Self::parse(path, &fs_err::read(path)?)
     }
 
     pub fn parse(path: &Path, bytes: &[u8]) -> Result<Self, EvalError> {
@@ -330,7 +326,7 @@ pub fn evaluate(emb: &Embeddings, set: &AnalogySet, restrict: usize) -> AnalogyR
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::vectors::Format;
+    use colonnade_formats::Format;
 
     fn emb(words: &[&str], rows: &[[f32; 2]]) -> Embeddings {
         let m = Array2::from_shape_fn((rows.len(), 2), |(i, j)| rows[i][j]);

@@ -1,0 +1,42 @@
+//! Every vector file Colonnade writes or reads, in both directions: word2vec
+//! text and binary ([`word2vec`]), HDF5 ([`h5`]: `vectors` f32 [V, D],
+//! `words`, `counts`, optionally `output_vectors`, and the run's
+//! [`Provenance`] as root attributes), and the TensorBoard projector's TSV
+//! files ([`tsv`], write only). [`read_vectors`] tells the formats apart by
+//! content. Layouts are documented in docs/formats.md.
+//!
+//! Row i of every file is word i. Words never contain ASCII whitespace, so the
+//! whitespace-separated formats need no escaping; a writer given such a word
+//! refuses it. Every error names its file (file I/O goes through `fs-err`).
+//!
+//! This crate only turns rows into files and files into rows: it must never
+//! talk to shards, depend on the transport, or compute on the vectors.
+
+pub mod h5;
+mod out;
+pub mod provenance;
+pub mod tsv;
+mod vectors;
+pub mod word2vec;
+
+pub use provenance::{Provenance, Training};
+pub use vectors::{read_vectors, Format, Vectors};
+
+use std::path::PathBuf;
+
+/// Why a vector file could not be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// File I/O; the message names the path (it comes from `fs-err`).
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    /// The content is not what the format says, or cannot be written in it.
+    #[error("{path}: {msg}")]
+    Format { path: PathBuf, msg: String },
+    #[error("{path}: HDF5 {what}: {source}")]
+    Hdf5 {
+        path: PathBuf,
+        what: String,
+        source: hdf5::Error,
+    },
+}
