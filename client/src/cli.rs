@@ -429,7 +429,7 @@ pub async fn run_train(args: TrainArgs) -> anyhow::Result<TrainSummary> {
     }
     if let Some(path) = &args.summary {
         let json = serde_json::to_string_pretty(&summary).context("summary")?;
-        std::fs::write(path, json).with_context(|| format!("cannot write {}", path.display()))?;
+        fs_err::write(path, json).with_context(|| format!("cannot write {}", path.display()))?;
     }
     if let Some(cluster) = embedded {
         cluster.stop().await;

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 /// Whether `path` can be read more than once: a regular file (or a symlink to
 /// one) can; a pipe, `/dev/stdin` or another device cannot.
 fn rereadable(path: &Path) -> anyhow::Result<bool> {
-    let meta = std::fs::metadata(path)
+    let meta = fs_err::metadata(path)
         .map_err(|e| anyhow::anyhow!("corpus file {}: {e}", path.display()))?;
     if meta.is_dir() {
         bail!(
@@ -109,7 +109,7 @@ pub fn available_memory() -> Option<(u64, &'static str)> {
 }
 
 fn read_meminfo_available() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let text = fs_err::read_to_string("/proc/meminfo").ok()?;
     let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
     let kib: u64 = line
         .trim_start_matches("MemAvailable:")
@@ -122,13 +122,13 @@ fn read_meminfo_available() -> Option<u64> {
 }
 
 fn read_u64(path: &str) -> Option<u64> {
-    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+    fs_err::read_to_string(path).ok()?.trim().parse().ok()
 }
 
 /// Limit minus usage of this process's memory cgroup, if it has a limit.
 fn cgroup_room() -> Option<u64> {
     // cgroup v2: this process's group, or the namespace root.
-    let own = std::fs::read_to_string("/proc/self/cgroup")
+    let own = fs_err::read_to_string("/proc/self/cgroup")
         .ok()
         .and_then(|t| {
             t.lines()
@@ -140,7 +140,7 @@ fn cgroup_room() -> Option<u64> {
     }
     dirs.push("/sys/fs/cgroup".to_string());
     for dir in dirs {
-        if let Ok(max) = std::fs::read_to_string(format!("{dir}/memory.max")) {
+        if let Ok(max) = fs_err::read_to_string(format!("{dir}/memory.max")) {
             let Ok(limit) = max.trim().parse::<u64>() else {
                 return None; // "max": no limit
             };
@@ -199,7 +199,7 @@ mod tests {
     fn a_pipe_needs_vocab_and_one_epoch() {
         let dir = tempfile::tempdir().expect("tempdir");
         let file = dir.path().join("c.txt");
-        std::fs::write(&file, "a b\n").expect("write");
+        fs_err::write(&file, "a b\n").expect("write");
         assert!(check_corpus(std::slice::from_ref(&file), false, 5).is_ok());
         let dev = PathBuf::from("/dev/null");
         let e = format!(

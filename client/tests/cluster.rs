@@ -270,7 +270,7 @@ async fn shard_with_another_vocabulary_is_refused() {
         shards: spawned.iter().map(SpawnedShard::endpoint).collect(),
         vocab: bad_vocab.clone(),
         fingerprint: None,
-        out: colonnade_exporter::cli::OutputArgs {
+        out: OutputArgs {
             output: Some(dir.path().join("x.h5")),
             ..Default::default()
         },

@@ -146,7 +146,7 @@ fn exceptions_name_real_flags() {
 /// so a user reading it meets all of them.
 #[test]
 fn readme_mentions_every_subcommand_and_exception() {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
+    let readme = fs_err::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
         .expect("README.md at the workspace root");
     let cli = Cli::command();
     let missing: Vec<String> = cli

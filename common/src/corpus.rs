@@ -121,6 +121,11 @@ pub fn open(path: &Path) -> Result<Box<dyn BufRead + Send>, CorpusError> {
         format,
         hint,
     };
+    #[allow(
+        clippy::disallowed_types,
+        clippy::disallowed_methods,
+        reason = "CorpusError::Io names the path"
+    )]
     let file = std::fs::File::open(path).map_err(io_err)?;
     let mut reader = BufReader::with_capacity(1 << 20, file);
     let magic = reader.fill_buf().map_err(io_err)?;
@@ -473,11 +478,11 @@ mod tests {
         let gz_path = dir.path().join("c.data");
         let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
         gz.write_all(plain).expect("gzip");
-        std::fs::write(&gz_path, gz.finish().expect("gzip")).expect("write");
+        fs_err::write(&gz_path, gz.finish().expect("gzip")).expect("write");
         let xz_path = dir.path().join("c2.data");
         let mut xz = xz2::write::XzEncoder::new(Vec::new(), 1);
         xz.write_all(plain).expect("xz");
-        std::fs::write(&xz_path, xz.finish().expect("xz")).expect("write");
+        fs_err::write(&xz_path, xz.finish().expect("xz")).expect("write");
         for p in [gz_path, xz_path] {
             let mut all = Vec::new();
             for_each_sentence::<CorpusError>(&[p], 100, InvalidUtf8::Abort, |s| {
@@ -516,7 +521,7 @@ mod tests {
             let mut data = compress(part1);
             data.extend(compress(part2));
             let path = dir.path().join(name);
-            std::fs::write(&path, data).expect("write");
+            fs_err::write(&path, data).expect("write");
             assert_eq!(
                 read_all(&path).expect(name),
                 vec![vec!["one", "two"], vec!["thrée"], vec!["four"]],
@@ -559,7 +564,7 @@ mod tests {
         ];
         for (name, data, format) in cases {
             let path = dir.path().join(name);
-            std::fs::write(&path, data).expect("write");
+            fs_err::write(&path, data).expect("write");
             let msg = read_all(&path).expect_err(name).to_string();
             assert!(
                 msg.contains(&path.display().to_string())
@@ -571,7 +576,7 @@ mod tests {
         }
         // Text that merely starts like a magic number is still text.
         let path = dir.path().join("bzh.txt");
-        std::fs::write(&path, "BZh9 is a word\nPK too\n").expect("write");
+        fs_err::write(&path, "BZh9 is a word\nPK too\n").expect("write");
         assert_eq!(read_all(&path).expect("text").len(), 2);
     }
 
@@ -614,8 +619,8 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let a = dir.path().join("a.txt");
         let b = dir.path().join("b.txt");
-        std::fs::write(&a, b"one \xff\ntwo\n").expect("write");
-        std::fs::write(&b, b"\xc0 x\nthree\n\xff\n").expect("write");
+        fs_err::write(&a, b"one \xff\ntwo\n").expect("write");
+        fs_err::write(&b, b"\xc0 x\nthree\n\xff\n").expect("write");
         let mut words = Vec::new();
         let skipped = for_each_sentence::<CorpusError>(&[a, b], 100, InvalidUtf8::Skip, |s| {
             words.extend(s.tokens().map(str::to_string));

@@ -17,6 +17,10 @@
 //! Every variant computes the same thing in the same order (sixteen lane sums,
 //! folded pairwise; mul then add, never contracted to FMA), so results are
 //! bit-identical whichever variant runs.
+#![allow(
+    unsafe_code,
+    reason = "SIMD intrinsics behind target-feature checks; each block says why it is sound"
+)]
 
 use multiversion::multiversion;
 use multiversion::target::match_target;

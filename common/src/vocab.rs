@@ -149,6 +149,11 @@ impl Vocab {
             path: path.to_path_buf(),
             source,
         };
+        #[allow(
+            clippy::disallowed_types,
+            clippy::disallowed_methods,
+            reason = "VocabError::Io names the path"
+        )]
         let file = std::fs::File::open(path).map_err(io_err)?;
         let reader = std::io::BufReader::new(file);
         let mut pairs = Vec::new();
@@ -214,6 +219,11 @@ impl Vocab {
             path: path.to_path_buf(),
             source,
         };
+        #[allow(
+            clippy::disallowed_types,
+            clippy::disallowed_methods,
+            reason = "VocabError::Io names the path"
+        )]
         let file = std::fs::File::create(path).map_err(io_err)?;
         let mut out = BufWriter::new(file);
         writeln!(
@@ -305,7 +315,7 @@ mod tests {
         let back = Vocab::load(&p).expect("load");
         assert_eq!(back.words(), v.words());
         assert_eq!(back.fingerprint(), v.fingerprint());
-        std::fs::write(&p, "</s> 10\nthe 5\nof 4\n").expect("write");
+        fs_err::write(&p, "</s> 10\nthe 5\nof 4\n").expect("write");
         assert_eq!(
             Vocab::load(&p).expect("word2vec format").words(),
             ["the", "of"]
@@ -316,7 +326,7 @@ mod tests {
     fn counting_skips_invalid_sentences_when_asked() {
         let dir = tempfile::tempdir().expect("tempdir");
         let p = dir.path().join("c.txt");
-        std::fs::write(&p, b"a a b\nb \xff c\na c\n").expect("write");
+        fs_err::write(&p, b"a a b\nb \xff c\na c\n").expect("write");
         let mut abort = Counter::default();
         let e = abort
             .count_files(std::slice::from_ref(&p))
@@ -334,10 +344,10 @@ mod tests {
     fn bad_files_name_the_line() {
         let dir = tempfile::tempdir().expect("tempdir");
         let p = dir.path().join("v.tsv");
-        std::fs::write(&p, "a\t1\nb\tx\n").expect("write");
+        fs_err::write(&p, "a\t1\nb\tx\n").expect("write");
         let e = Vocab::load(&p).expect_err("bad count").to_string();
         assert!(e.contains("v.tsv:2") && e.contains("count"), "{e}");
-        std::fs::write(&p, "a\t1\na\t2\n").expect("write");
+        fs_err::write(&p, "a\t1\na\t2\n").expect("write");
         let e = Vocab::load(&p).expect_err("duplicate").to_string();
         assert!(e.contains("duplicate"), "{e}");
     }

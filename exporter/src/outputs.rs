@@ -36,14 +36,14 @@ enum Identity {
 
 fn identity(path: &Path) -> Identity {
     use std::os::unix::fs::MetadataExt;
-    match std::fs::metadata(path) {
+    match fs_err::metadata(path) {
         Ok(m) if m.is_file() => Identity::Inode(m.dev(), m.ino()),
         Ok(_) => Identity::Other,
         Err(_) => {
             let (Some(parent), Some(name)) = (parent_dir(path), path.file_name()) else {
                 return Identity::Other;
             };
-            match std::fs::canonicalize(parent) {
+            match fs_err::canonicalize(parent) {
                 Ok(dir) => Identity::Path(dir.join(name)),
                 Err(_) => Identity::Other,
             }
@@ -114,9 +114,9 @@ mod tests {
     fn refuses_bad_outputs_and_names_them() {
         let dir = tempfile::tempdir().expect("tempdir");
         let corpus = dir.path().join("c.txt");
-        std::fs::write(&corpus, "a b c\n").expect("write");
+        fs_err::write(&corpus, "a b c\n").expect("write");
         let link = dir.path().join("link.txt");
-        std::fs::hard_link(&corpus, &link).expect("hard link");
+        fs_err::hard_link(&corpus, &link).expect("hard link");
         let ok = dir.path().join("m.h5");
         let missing_dir = dir.path().join("nope").join("m.h5");
         let dotted = dir.path().join(".").join("m.h5");

@@ -65,10 +65,10 @@ mod tests {
         w.write("#tag", &[0.1, 3.0]).expect("write");
         assert_eq!(w.finish().expect("finish"), vec![v.clone(), m.clone()]);
         assert_eq!(
-            std::fs::read_to_string(&v).expect("read"),
+            fs_err::read_to_string(&v).expect("read"),
             "1.5\t-0.25\n0.1\t3\n"
         );
-        assert_eq!(std::fs::read_to_string(&m).expect("read"), "naïve\n#tag\n");
+        assert_eq!(fs_err::read_to_string(&m).expect("read"), "naïve\n#tag\n");
     }
 
     #[test]

@@ -46,6 +46,10 @@ pub fn read_vectors(path: &Path) -> Result<Vectors, Error> {
     // SAFETY: the map is read-only and lives only while this function
     // parses it; like every reader of these files we assume nobody
     // truncates or rewrites the file meanwhile.
+    #[allow(
+        unsafe_code,
+        reason = "memory-mapping a file is unsafe by API; see SAFETY"
+    )]
     let map = unsafe { Mmap::map(file.file()) }.map_err(|e| {
         std::io::Error::new(
             e.kind(),
@@ -73,7 +77,7 @@ mod tests {
 
     fn write(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
         let p = dir.join(name);
-        std::fs::write(&p, bytes).expect("write");
+        fs_err::write(&p, bytes).expect("write");
         p
     }
 
@@ -118,7 +122,7 @@ mod tests {
             ),
         ] {
             let p = dir.path().join(name);
-            std::fs::write(&p, content).expect("write");
+            fs_err::write(&p, content).expect("write");
             let Err(e) = read_vectors(&p) else {
                 panic!("{name}: loaded");
             };

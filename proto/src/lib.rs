@@ -9,7 +9,13 @@
 //! names the field when it is not. This crate must never hold training logic
 //! (no dot products, weights or updates) and never depend on a shard's internals.
 
-#[allow(clippy::all, clippy::pedantic, missing_docs)]
+#[allow(
+    clippy::all,
+    clippy::pedantic,
+    missing_docs,
+    unused_qualifications,
+    rust_2018_idioms
+)]
 pub mod v1 {
     tonic::include_proto!("colonnade.v1");
 }

@@ -11,11 +11,11 @@
 //! A caller never holds two row locks at once (the closures get one row), so
 //! there is no lock-order deadlock. Minibatches still interleave freely
 //! between row accesses: that is the Hogwild approximation the algorithm
-//! accepts, minus lost updates, since each row update is now atomic.
+//! accepts, minus lost updates, since each row update is atomic.
 //!
-//! Why not relaxed `AtomicU32` cells (the previous version, race-free without
-//! `unsafe`)? Atomic loads and stores are never vectorized: every row touch
-//! cost one scalar load/convert/store per column, and the criterion bench
+//! Why not relaxed `AtomicU32` cells (race-free without `unsafe`)? Atomic
+//! loads and stores are never vectorized: every row touch costs one scalar
+//! load/convert/store per column, and the criterion bench
 //! (`shard/adjust_pairs/256`) measured the shard's `adjust` ~2.7× slower
 //! than with a lock per row and SIMD kernels. An uncontended lock is two
 //! compare-exchanges per row touch. Why parking_lot's mutex and not a pure
@@ -34,6 +34,10 @@
 //! same for gensim's arrays.
 //!
 //! [`with_row_mut`]: HogwildMatrix::with_row_mut
+#![allow(
+    unsafe_code,
+    reason = "the row-locked matrix; the module doc gives the safety argument"
+)]
 
 use memmap2::MmapMut;
 use parking_lot::lock_api::RawMutex as _;

@@ -5,6 +5,10 @@
 //! compiled for the best SIMD the CPU has, chosen at run time.
 //!
 //! [`Targets`]: crate::plan::Targets
+#![allow(
+    unsafe_code,
+    reason = "the AVX kernels, chosen only in clones compiled for AVX"
+)]
 
 use crate::hogwild::HogwildMatrix;
 use crate::plan::row_step_scale;

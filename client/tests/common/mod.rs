@@ -15,13 +15,13 @@ use std::time::Duration;
 /// lines of 1,000 words.
 pub fn sample_corpus(dir: &Path, words: usize) -> PathBuf {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/sample.txt.xz");
-    let file = std::fs::File::open(&root).expect("testdata/sample.txt.xz");
+    let file = fs_err::File::open(&root).expect("testdata/sample.txt.xz");
     let mut text = String::new();
     let mut decoder = xz2::read::XzDecoder::new(file).take(words as u64 * 12);
     decoder.read_to_string(&mut text).expect("sample decodes");
     let tokens: Vec<&str> = text.split_whitespace().take(words).collect();
     let path = dir.join("corpus.txt");
-    let mut out = std::fs::File::create(&path).expect("create corpus");
+    let mut out = fs_err::File::create(&path).expect("create corpus");
     for line in tokens.chunks(1000) {
         writeln!(out, "{}", line.join(" ")).expect("write corpus");
     }
