@@ -11,6 +11,7 @@ use colonnade_formats::word2vec::{Encoding, Word2vecWriter};
 use colonnade_formats::Provenance;
 use colonnade_proto::v1::shard_client::ShardClient;
 use colonnade_proto::v1::{Matrix, ModelStatus, PullRowsRequest, StatusRequest};
+use colonnade_proto::ShardSpec;
 use colonnade_proto::{connect, decode_f32};
 use std::path::PathBuf;
 use tonic::transport::Channel;
@@ -126,15 +127,9 @@ pub async fn discover(
         let spec = m
             .spec
             .as_ref()
+            .map(ShardSpec::from)
             .with_context(|| format!("shard {endpoint}: status has no spec"))?;
-        let this = ModelSpec {
-            vocab_fingerprint: spec.vocab_fingerprint,
-            vocab_size: spec.vocab_size,
-            dim: spec.dim,
-            negative: spec.negative,
-            sampling_power: spec.sampling_power,
-            init_seed: spec.init_seed,
-        };
+        let this = spec.model.clone();
         if let Some((first, fp)) = &model {
             if *fp != m.model_fingerprint {
                 bail!(

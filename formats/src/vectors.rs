@@ -41,15 +41,15 @@ pub struct Vectors {
 
 /// Reads `path` in whichever of the formats it holds. word2vec files are
 /// memory-mapped while they are parsed.
+#[allow(
+    unsafe_code,
+    reason = "memory-mapping a file is unsafe by API; see SAFETY below"
+)]
 pub fn read_vectors(path: &Path) -> Result<Vectors, Error> {
     let file = fs_err::File::open(path)?;
     // SAFETY: the map is read-only and lives only while this function
     // parses it; like every reader of these files we assume nobody
     // truncates or rewrites the file meanwhile.
-    #[allow(
-        unsafe_code,
-        reason = "memory-mapping a file is unsafe by API; see SAFETY"
-    )]
     let map = unsafe { Mmap::map(file.file()) }.map_err(|e| {
         std::io::Error::new(
             e.kind(),
