@@ -241,7 +241,7 @@ pub fn form_minibatches(
         }
     }
     former.flush(&mut job.minibatches);
-    if job.words > 0 || !job.minibatches.is_empty() {
+    if job.tokens > 0 || !job.minibatches.is_empty() {
         send(job);
     }
     Ok(skipped)
