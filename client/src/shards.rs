@@ -167,10 +167,15 @@ pub struct GrpcShards {
 
 impl GrpcShards {
     pub fn new(shards: Vec<GrpcShard>, fingerprint: u64, negative: u32) -> Self {
+        Self::on(shards.into(), fingerprint, negative as usize)
+    }
+
+    /// A handle with fresh buffers on `shards`.
+    fn on(shards: Arc<[GrpcShard]>, fingerprint: u64, negative: usize) -> Self {
         Self {
-            shards: shards.into(),
+            shards,
             fingerprint,
-            negative: negative as usize,
+            negative,
             wire: None,
             part: Vec::new(),
             sent: 0,
@@ -194,15 +199,7 @@ impl ModelShards for GrpcShards {
     const BLOCKING: bool = false;
 
     fn pipeline(&self) -> Self {
-        Self {
-            shards: Arc::clone(&self.shards),
-            fingerprint: self.fingerprint,
-            negative: self.negative,
-            wire: None,
-            part: Vec::new(),
-            sent: 0,
-            received: 0,
-        }
+        Self::on(Arc::clone(&self.shards), self.fingerprint, self.negative)
     }
 
     fn negative(&self) -> usize {

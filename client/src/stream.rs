@@ -164,7 +164,7 @@ impl BatchFormer {
 }
 
 /// In-vocabulary words per job sent from the reader to the pipelines.
-const JOB_WORDS: usize = 10_000;
+const JOB_WORDS: u64 = 10_000;
 
 /// Consecutive minibatches of the stream, and the corpus they were formed
 /// from (counted when a pipeline takes the job).
@@ -202,7 +202,6 @@ pub fn form_minibatches(
 ) -> anyhow::Result<u64> {
     let mut skipped = 0u64;
     let mut job = Job::default();
-    let mut words = 0usize;
     for epoch in 0..u64::from(p.iter) {
         let mut sentence = 0u64;
         for path in &p.corpus {
@@ -227,12 +226,8 @@ pub fn form_minibatches(
                 job.tokens += s.len() as u64;
                 job.words += ids.len() as u64;
                 job.trained_words += kept as u64;
-                words += ids.len();
-                if words >= JOB_WORDS {
-                    words = 0;
-                    if !send(std::mem::take(&mut job)) {
-                        return Ok(skipped); // training stopped; its error is reported instead
-                    }
+                if job.words >= JOB_WORDS && !send(std::mem::take(&mut job)) {
+                    return Ok(skipped); // training stopped; its error is reported instead
                 }
             }
             if epoch == 0 {

@@ -12,7 +12,7 @@ use colonnade_formats::Provenance;
 use colonnade_proto::v1::shard_client::ShardClient;
 use colonnade_proto::v1::{Matrix, ModelStatus, PullRowsRequest, StatusRequest};
 use colonnade_proto::ShardSpec;
-use colonnade_proto::{connect, decode_f32};
+use colonnade_proto::{connect, decode_f32_into};
 use std::path::PathBuf;
 use tonic::transport::Channel;
 
@@ -199,12 +199,13 @@ async fn pull_block(
             })?
             .into_inner();
         let mut received = 0u64;
+        let mut values = Vec::new();
         while let Some(block) = stream
             .message()
             .await
             .with_context(|| format!("shard {}: row stream broke", shard.endpoint))?
         {
-            let values = decode_f32("values", &block.values)?;
+            decode_f32_into("values", &block.values, &mut values)?;
             let n = block.rows as usize;
             if block.row_start != start + received
                 || received + n as u64 > end - start
