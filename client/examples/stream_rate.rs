@@ -41,6 +41,7 @@ fn main() -> anyhow::Result<()> {
         num_workers: 1,
         max_sentence: DEFAULT_MAX_SENTENCE,
         invalid_utf8: InvalidUtf8::Skip,
+        skip: Default::default(),
     };
     let (mut tokens, mut minibatches) = (0u64, 0u64);
     let start = Instant::now();

@@ -3,8 +3,11 @@
 //! variable (compose and Kubernetes set env most easily).
 
 use crate::preflight::{available_memory, check_corpus, human_bytes, shard_bytes};
-use crate::shards::{connect_all, create_model, model_spec, EmbeddedCluster, GrpcShards};
-use crate::train::{report, train, Progress, TrainParams, TrainSummary};
+use crate::recovery::{recoverable, Cluster, GrpcCheckpointer, Session};
+use crate::shards::{
+    connect_all, create_model, model_spec, EmbeddedCluster, GrpcShard, GrpcShards,
+};
+use crate::train::{report, train, NoCheckpoints, Progress, Tracker, TrainParams, TrainSummary};
 use anyhow::{bail, Context};
 use clap::{Args, Parser, Subcommand};
 use colonnade_common::corpus::{InvalidUtf8, DEFAULT_MAX_SENTENCE};
@@ -175,6 +178,25 @@ pub struct TrainArgs {
     /// How long to keep retrying unreachable shards.
     #[arg(long, env = "COLONNADE_CONNECT_TIMEOUT_SECS", default_value_t = 60)]
     pub connect_timeout_secs: u64,
+    /// Seconds between checkpoints of the model on the shards (running
+    /// shards started with --data-dir). Default: 300 when every shard keeps
+    /// a data dir, else off; 0 turns them off.
+    #[arg(long, env = "COLONNADE_CHECKPOINT_INTERVAL")]
+    pub checkpoint_interval: Option<u64>,
+    /// How long training keeps retrying when shards fail (unreachable,
+    /// restarting, not answering) before it gives up; backoff doubles up to
+    /// 5 s between tries.
+    #[arg(long, env = "COLONNADE_RETRY_TIMEOUT", default_value_t = 600)]
+    pub retry_timeout: u64,
+    /// Deadline of each training call to a shard, in seconds: a shard that
+    /// does not answer within it is treated as failed.
+    #[arg(long, env = "COLONNADE_CALL_TIMEOUT", default_value_t = 30)]
+    pub call_timeout: u64,
+    /// Start the model afresh even if the shards hold a checkpoint of it
+    /// (by default training resumes from the newest checkpoint): every shard
+    /// is rolled back to the initial state and its checkpoints removed.
+    #[arg(long, env = "COLONNADE_RESTART")]
+    pub restart: bool,
     /// Write a JSON summary of the run here.
     #[arg(long, env = "COLONNADE_SUMMARY")]
     pub summary: Option<PathBuf>,
@@ -301,7 +323,7 @@ pub async fn run_train(args: TrainArgs) -> anyhow::Result<TrainSummary> {
         }
         None => (args.shards.clone(), remote),
     };
-    let fingerprint = create_model(&shards, &spec, &vocab).await?;
+    let fingerprint = create_retrying(&shards, &spec, &vocab, args.retry_timeout).await?;
     tracing::info!(
         shards = shards.len(),
         words = vocab.len(),
@@ -349,19 +371,21 @@ pub async fn run_train(args: TrainArgs) -> anyhow::Result<TrainSummary> {
                 corpus,
                 params.clone(),
                 Arc::clone(&progress),
+                Arc::default(),
+                NoCheckpoints,
             )
             .await
         }
         None => {
-            let shards = GrpcShards::new(shards, fingerprint, args.negative);
-            train(
+            let cluster = Cluster {
                 shards,
-                Arc::clone(&vocab),
-                corpus,
-                params.clone(),
-                Arc::clone(&progress),
-            )
-            .await
+                spec: spec.clone(),
+                vocab: Arc::clone(&vocab),
+                fingerprint,
+                worker: args.worker_index,
+                num_workers: args.num_workers,
+            };
+            train_over_grpc(&args, &cluster, corpus, &params, &progress).await
         }
     };
     progress
@@ -435,6 +459,216 @@ pub async fn run_train(args: TrainArgs) -> anyhow::Result<TrainSummary> {
         cluster.stop().await;
     }
     Ok(summary)
+}
+
+/// Trains through shards over gRPC, surviving their loss: agrees with the
+/// shards on one state of the model (resuming from the newest checkpoint),
+/// takes checkpoints while training, and on a failure that can pass
+/// (a shard unreachable, restarting, not answering) reconciles again and
+/// goes on from the position the agreed state holds.
+async fn train_over_grpc(
+    args: &TrainArgs,
+    cluster: &Cluster,
+    corpus: Vec<PathBuf>,
+    params: &TrainParams,
+    progress: &Arc<Progress>,
+) -> anyhow::Result<TrainSummary> {
+    use std::sync::atomic::Ordering::Relaxed;
+    let retry = Duration::from_secs(args.retry_timeout);
+    let mut session = cluster.reconcile(args.restart, retry).await?;
+    let interval = match args.checkpoint_interval {
+        Some(0) => None,
+        Some(s) if !session.persistent => bail!(
+            "--checkpoint-interval {s}: not every shard keeps checkpoints; start each \
+             ps-shard with --data-dir DIR (or give --checkpoint-interval 0)"
+        ),
+        Some(s) => Some(Duration::from_secs(s)),
+        None => session.persistent.then(|| Duration::from_secs(300)),
+    };
+    let resumed_from = session.version;
+    if session.version > 0 {
+        let msg = format!(
+            "resuming from checkpoint version {} of the model: worker {} at job {} ({} words of its part read{}); give --restart to start afresh",
+            session.version,
+            args.worker_index,
+            session.position.jobs,
+            session.position.words,
+            if session.finished { ", its part finished" } else { "" }
+        );
+        tracing::info!("{msg}");
+        eprintln!("{msg}");
+    }
+    let (mut recoveries, mut words_retrained) = (0u64, 0u64);
+    let mut checkpointer: Option<GrpcCheckpointer> = None;
+    let summary = loop {
+        let tracker = Arc::new(Tracker::new(session.position));
+        progress.tokens.store(session.position.tokens, Relaxed);
+        progress.words.store(session.position.words, Relaxed);
+        progress
+            .trained_words
+            .store(session.position.trained_words, Relaxed);
+        let shards = GrpcShards::new(cluster.shards.clone(), cluster.fingerprint, args.negative)
+            .with_lineage(session.lineage)
+            .with_timeout(Duration::from_secs(args.call_timeout.max(1)));
+        let ckpt = interval.map(|i| {
+            GrpcCheckpointer::new(
+                cluster.shards.clone(),
+                cluster.fingerprint,
+                session.lineage,
+                args.worker_index,
+                args.num_workers,
+                i,
+                session.version,
+                shards.checkpoint_pending(),
+            )
+        });
+        let result = if session.finished {
+            Ok(None)
+        } else {
+            let run = match ckpt.clone() {
+                Some(c) => {
+                    train(
+                        shards,
+                        Arc::clone(&cluster.vocab),
+                        corpus.clone(),
+                        params.clone(),
+                        Arc::clone(progress),
+                        Arc::clone(&tracker),
+                        c,
+                    )
+                    .await
+                }
+                None => {
+                    train(
+                        shards,
+                        Arc::clone(&cluster.vocab),
+                        corpus.clone(),
+                        params.clone(),
+                        Arc::clone(progress),
+                        Arc::clone(&tracker),
+                        NoCheckpoints,
+                    )
+                    .await
+                }
+            };
+            run.map(Some)
+        };
+        if let Some(c) = &ckpt {
+            let taken = checkpointer.as_ref().map_or(0, |p| p.taken.load(Relaxed));
+            c.taken.fetch_add(taken, Relaxed);
+            c.pause_max.fetch_max(
+                checkpointer
+                    .as_ref()
+                    .map_or(0, |p| p.pause_max.load(Relaxed)),
+                Relaxed,
+            );
+            checkpointer = Some(c.clone());
+        }
+        match result {
+            Ok(summary) => {
+                let position = summary.as_ref().map_or(session.position, |s| s.position);
+                if let Some(c) = &checkpointer {
+                    if !session.finished {
+                        // This worker's part is done: recorded (so later
+                        // barriers do not wait for it) and on disk.
+                        if let Err(e) = c.finish(position).await {
+                            tracing::warn!(error = %format!("{e:#}"), "the final checkpoint was not taken");
+                        }
+                    }
+                }
+                break summary;
+            }
+            Err(e) if recoverable(&e) => {
+                recoveries += 1;
+                let reached = progress.words.load(Relaxed);
+                let failed_at = tracker.position();
+                tracing::warn!(error = %format!("{e:#}"), "training interrupted; reconciling with the shards (--retry-timeout {}s)", args.retry_timeout);
+                eprintln!("training interrupted: {e:#}; recovering");
+                let before = session.lineage;
+                session = cluster
+                    .reconcile(false, retry)
+                    .await
+                    .context("recovery failed")?;
+                if session.lineage == before && !session.restored {
+                    // The same state: go on from where this worker was.
+                    session.position = failed_at;
+                    session.finished = false;
+                }
+                words_retrained += reached.saturating_sub(session.position.words);
+                tracing::warn!(
+                    version = session.version,
+                    lineage = format!("{:016x}", session.lineage),
+                    jobs = session.position.jobs,
+                    "training resumes"
+                );
+            }
+            Err(e) => return Err(e),
+        }
+    };
+    let mut summary = match summary {
+        Some(s) => s,
+        None => finished_summary(&session, progress),
+    };
+    summary.resumed_from_version = resumed_from;
+    summary.recoveries = recoveries;
+    summary.words_retrained = words_retrained;
+    if let Some(c) = &checkpointer {
+        summary.checkpoints = c.taken.load(Relaxed);
+        summary.checkpoint_pause_max_seconds = f64::from_bits(c.pause_max.load(Relaxed));
+    }
+    Ok(summary)
+}
+
+/// Creates (or attaches to) the model on every shard, retrying while a
+/// shard answers UNAVAILABLE (loading its data dir at start-up).
+async fn create_retrying(
+    shards: &[GrpcShard],
+    spec: &colonnade_common::model::ModelSpec,
+    vocab: &Vocab,
+    retry_secs: u64,
+) -> anyhow::Result<u64> {
+    let deadline = Instant::now() + Duration::from_secs(retry_secs);
+    let mut backoff = Duration::from_millis(200);
+    loop {
+        match create_model(shards, spec, vocab).await {
+            Err(e)
+                if Instant::now() + backoff < deadline
+                    && e.downcast_ref::<tonic::Status>()
+                        .is_some_and(|s| s.code() == tonic::Code::Unavailable) =>
+            {
+                tracing::info!(error = %format!("{e:#}"), "a shard is not ready; retrying");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+            }
+            other => return other,
+        }
+    }
+}
+
+/// The summary of a worker whose part a checkpoint already records finished.
+fn finished_summary(session: &Session, progress: &Progress) -> TrainSummary {
+    let p = session.position;
+    TrainSummary {
+        tokens: p.tokens,
+        words: p.words,
+        trained_words: p.trained_words,
+        pairs: 0,
+        minibatches: 0,
+        bytes_sent: 0,
+        bytes_received: 0,
+        seconds: 0.0,
+        tokens_per_second: 0.0,
+        final_loss: progress.take_loss(),
+        epoch_loss: Vec::new(),
+        invalid_utf8_sentences_skipped: 0,
+        progress_reached: None,
+        position: p,
+        resumed_from_version: session.version,
+        recoveries: 0,
+        words_retrained: 0,
+        checkpoints: 0,
+        checkpoint_pause_max_seconds: 0.0,
+    }
 }
 
 fn validate(args: &TrainArgs) -> anyhow::Result<()> {

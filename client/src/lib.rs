@@ -16,6 +16,7 @@ pub mod cli;
 pub mod health;
 pub mod models;
 pub mod preflight;
+pub mod recovery;
 pub mod shards;
 pub mod stream;
 pub mod train;

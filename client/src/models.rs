@@ -63,6 +63,12 @@ pub struct ModelInfo {
     pub dotprod_calls: u64,
     pub adjust_calls: u64,
     pub pairs_adjusted: u64,
+    /// The state's lineage (0: as created) and the checkpoint it started from.
+    pub lineage: String,
+    pub base_version: u64,
+    /// Checkpoint versions on this shard's disk.
+    pub checkpoints: Vec<u64>,
+    pub checkpoint_error: String,
 }
 
 #[derive(Debug, Serialize)]
@@ -70,6 +76,7 @@ pub struct ShardModels {
     pub endpoint: String,
     pub version: String,
     pub api_version: u32,
+    pub persistent: bool,
     pub models: Vec<ModelInfo>,
 }
 
@@ -90,6 +97,10 @@ impl From<&ModelStatus> for ModelInfo {
             dotprod_calls: m.dotprod_calls,
             adjust_calls: m.adjust_calls,
             pairs_adjusted: m.pairs_adjusted,
+            lineage: format!("{:016x}", m.lineage),
+            base_version: m.base_version,
+            checkpoints: m.checkpoints.iter().map(|c| c.version).collect(),
+            checkpoint_error: m.checkpoint_error.clone(),
         }
     }
 }
@@ -130,6 +141,7 @@ async fn list(args: &ListArgs) -> anyhow::Result<()> {
             endpoint: endpoint.clone(),
             version: s.version,
             api_version: s.api_version,
+            persistent: s.persistent,
             models: s.models.iter().map(ModelInfo::from).collect(),
         })
         .collect();

@@ -158,6 +158,12 @@ pub struct GrpcShards {
     shards: Arc<[GrpcShard]>,
     fingerprint: u64,
     negative: usize,
+    /// The lineage of the model state this worker trains (see `recovery`).
+    lineage: u64,
+    /// Every call's deadline: a shard that stops answering fails the call.
+    timeout: Duration,
+    /// The newest checkpoint version a shard said other workers wait for.
+    pending: Arc<std::sync::atomic::AtomicU64>,
     /// The last minibatch's wire form, from its `dotprod` for its `adjust`.
     wire: Option<(MinibatchId, u64, v1::Minibatch)>,
     part: Vec<f32>,
@@ -167,15 +173,13 @@ pub struct GrpcShards {
 
 impl GrpcShards {
     pub fn new(shards: Vec<GrpcShard>, fingerprint: u64, negative: u32) -> Self {
-        Self::on(shards.into(), fingerprint, negative as usize)
-    }
-
-    /// A handle with fresh buffers on `shards`.
-    fn on(shards: Arc<[GrpcShard]>, fingerprint: u64, negative: usize) -> Self {
         Self {
-            shards,
+            shards: shards.into(),
             fingerprint,
-            negative,
+            negative: negative as usize,
+            lineage: 0,
+            timeout: DEFAULT_CALL_TIMEOUT,
+            pending: Arc::default(),
             wire: None,
             part: Vec::new(),
             sent: 0,
@@ -183,23 +187,64 @@ impl GrpcShards {
         }
     }
 
+    /// Trains the model state of `lineage`: a shard holding another refuses.
+    pub fn with_lineage(mut self, lineage: u64) -> Self {
+        self.lineage = lineage;
+        self
+    }
+
+    /// Every call fails after `timeout` without an answer.
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Where shards' "checkpoint pending" answers are recorded.
+    pub fn checkpoint_pending(&self) -> Arc<std::sync::atomic::AtomicU64> {
+        Arc::clone(&self.pending)
+    }
+
     fn wire(&mut self, mb: &Minibatch) -> v1::Minibatch {
         match self.wire.take() {
             Some((id, seed, wire)) if id == mb.id && seed == mb.seed => wire,
-            _ => mb.to_wire(self.fingerprint),
+            _ => {
+                let mut wire = mb.to_wire(self.fingerprint);
+                wire.lineage = self.lineage;
+                wire
+            }
         }
     }
 
     fn failed(&self, i: usize, call: &'static str, status: &tonic::Status) -> CallError {
         CallError::from_status(&self.shards[i].endpoint, i, self.shards.len(), call, status)
     }
+
+    fn request<T>(&self, message: T) -> tonic::Request<T> {
+        let mut r = tonic::Request::new(message);
+        r.set_timeout(self.timeout);
+        r
+    }
 }
+
+/// Deadline of a training call (a minibatch takes milliseconds).
+pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(30);
 
 impl ModelShards for GrpcShards {
     const BLOCKING: bool = false;
 
     fn pipeline(&self) -> Self {
-        Self::on(Arc::clone(&self.shards), self.fingerprint, self.negative)
+        Self {
+            shards: Arc::clone(&self.shards),
+            fingerprint: self.fingerprint,
+            negative: self.negative,
+            lineage: self.lineage,
+            timeout: self.timeout,
+            pending: Arc::clone(&self.pending),
+            wire: None,
+            part: Vec::new(),
+            sent: 0,
+            received: 0,
+        }
     }
 
     fn negative(&self) -> usize {
@@ -213,7 +258,7 @@ impl ModelShards for GrpcShards {
         };
         self.sent += req.encoded_len() as u64 * self.shards.len() as u64;
         let responses = futures::future::join_all(self.shards.iter().map(|s| {
-            let (mut client, req) = (s.client.clone(), req.clone());
+            let (mut client, req) = (s.client.clone(), self.request(req.clone()));
             async move { client.dotprod(req).await }
         }))
         .await;
@@ -252,12 +297,19 @@ impl ModelShards for GrpcShards {
         };
         self.sent += req.encoded_len() as u64 * self.shards.len() as u64;
         let results = futures::future::join_all(self.shards.iter().map(|s| {
-            let (mut client, req) = (s.client.clone(), req.clone());
+            let (mut client, req) = (s.client.clone(), self.request(req.clone()));
             async move { client.adjust(req).await }
         }))
         .await;
         for (i, res) in results.into_iter().enumerate() {
-            res.map_err(|e| self.failed(i, "adjust", &e))?;
+            let pending = res
+                .map_err(|e| self.failed(i, "adjust", &e))?
+                .into_inner()
+                .checkpoint_pending;
+            if pending != 0 {
+                self.pending
+                    .fetch_max(pending, std::sync::atomic::Ordering::Relaxed);
+            }
         }
         Ok(())
     }

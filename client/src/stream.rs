@@ -170,6 +170,9 @@ const JOB_WORDS: u64 = 10_000;
 /// from (counted when a pipeline takes the job).
 #[derive(Default)]
 pub struct Job {
+    /// Its place in the worker's stream (0, 1, …; all epochs): a training
+    /// position counts the jobs done.
+    pub index: u64,
     pub minibatches: Vec<Minibatch>,
     /// Corpus tokens read (in and out of vocabulary).
     pub tokens: u64,
@@ -187,6 +190,17 @@ pub struct StreamParams {
     pub num_workers: u64,
     pub max_sentence: usize,
     pub invalid_utf8: InvalidUtf8,
+    /// Resume: the first `jobs` jobs were trained before (they are formed,
+    /// for the schedule and the sequence numbers, but not sent), the last
+    /// minibatch of them being `last`.
+    pub skip: Skip,
+}
+
+/// The part of the stream a resumed worker does not train again.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Skip {
+    pub jobs: u64,
+    pub last: Option<MinibatchId>,
 }
 
 /// Forms this worker's minibatches of every epoch, in order, sending them in
@@ -202,6 +216,29 @@ pub fn form_minibatches(
 ) -> anyhow::Result<u64> {
     let mut skipped = 0u64;
     let mut job = Job::default();
+    let mut last_skipped: Option<MinibatchId> = None;
+    // Sends the job (or drops it while skipping); false when training stopped.
+    let mut emit = |job: Job| -> anyhow::Result<bool> {
+        if job.index < p.skip.jobs {
+            if let Some(m) = job.minibatches.last() {
+                last_skipped = Some(m.id);
+            }
+            return Ok(true);
+        }
+        if job.index == p.skip.jobs && p.skip.jobs > 0 && last_skipped != p.skip.last {
+            anyhow::bail!(
+                "cannot resume: the checkpoint's position (job {}, last minibatch {:?}) does not \
+                 match this worker's stream (last minibatch {:?}): the corpus, the vocabulary, \
+                 the worker split or the training flags changed since the checkpoint; give the \
+                 same ones, or --restart",
+                p.skip.jobs,
+                p.skip.last,
+                last_skipped
+            );
+        }
+        Ok(send(job))
+    };
+    let mut job_index = 0u64;
     for epoch in 0..u64::from(p.iter) {
         let mut sentence = 0u64;
         for path in &p.corpus {
@@ -226,8 +263,12 @@ pub fn form_minibatches(
                 job.tokens += s.len() as u64;
                 job.words += ids.len() as u64;
                 job.trained_words += kept as u64;
-                if job.words >= JOB_WORDS && !send(std::mem::take(&mut job)) {
-                    return Ok(skipped); // training stopped; its error is reported instead
+                if job.words >= JOB_WORDS {
+                    job.index = job_index;
+                    job_index += 1;
+                    if !emit(std::mem::take(&mut job))? {
+                        return Ok(skipped); // training stopped; its error is reported instead
+                    }
                 }
             }
             if epoch == 0 {
@@ -237,7 +278,8 @@ pub fn form_minibatches(
     }
     former.flush(&mut job.minibatches);
     if job.tokens > 0 || !job.minibatches.is_empty() {
-        send(job);
+        job.index = job_index;
+        emit(job)?;
     }
     Ok(skipped)
 }

@@ -6,13 +6,15 @@
 //! the weights α(1−σ(F⁺)) and −ασ(F⁻) (and the loss) computed here, then
 //! `adjust` on every shard with the same seed.
 
-use crate::stream::{form_minibatches, BatchFormer, Job, Schedule, StreamParams};
+use crate::stream::{form_minibatches, BatchFormer, Job, Schedule, Skip, StreamParams};
 use anyhow::{bail, Context};
 use colonnade_common::corpus::InvalidUtf8;
 use colonnade_common::kernels::dot;
 use colonnade_common::sgns::{keep_threshold, neg_log_sigmoid, negative_weight, positive_weight};
 use colonnade_common::vocab::Vocab;
-use colonnade_proto::{Minibatch, ModelShards};
+use colonnade_proto::{Minibatch, MinibatchId, ModelShards};
+use std::collections::BTreeMap;
+use std::future::Future;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
@@ -118,6 +120,97 @@ impl Progress {
     }
 }
 
+/// A worker's training position: the jobs of its stream done (a
+/// contiguous prefix: every minibatch of them is applied on every shard,
+/// none after them) and the corpus they covered. Recorded in checkpoint
+/// manifests; a resumed worker skips exactly these jobs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Position {
+    pub jobs: u64,
+    /// (epoch, sequence number) of the last minibatch of those jobs.
+    pub last: Option<(u64, u64)>,
+    pub tokens: u64,
+    /// In-vocabulary words read (the learning-rate schedule's count).
+    pub words: u64,
+    pub trained_words: u64,
+}
+
+impl Position {
+    /// What the stream skips to resume here, for worker `worker`.
+    pub fn skip(&self, worker: u64) -> Skip {
+        Skip {
+            jobs: self.jobs,
+            last: self
+                .last
+                .map(|(epoch, seq)| MinibatchId { worker, epoch, seq }),
+        }
+    }
+}
+
+/// Tracks which jobs are done, in any order, as the contiguous [`Position`].
+#[derive(Default)]
+pub struct Tracker {
+    state: Mutex<(Position, BTreeMap<u64, Position>)>,
+}
+
+impl Tracker {
+    pub fn new(start: Position) -> Self {
+        Self {
+            state: Mutex::new((start, BTreeMap::new())),
+        }
+    }
+
+    pub fn position(&self) -> Position {
+        self.state.lock().map(|s| s.0).unwrap_or_default()
+    }
+
+    fn complete(&self, job: &Job) {
+        let Ok(mut s) = self.state.lock() else {
+            return;
+        };
+        let done = Position {
+            jobs: 1,
+            last: job.minibatches.last().map(|m| (m.id.epoch, m.id.seq)),
+            tokens: job.tokens,
+            words: job.words,
+            trained_words: job.trained_words,
+        };
+        s.1.insert(job.index, done);
+        loop {
+            let next = s.0.jobs;
+            let Some(d) = s.1.remove(&next) else {
+                break;
+            };
+            let p = &mut s.0;
+            p.jobs += 1;
+            p.last = d.last.or(p.last);
+            p.tokens += d.tokens;
+            p.words += d.words;
+            p.trained_words += d.trained_words;
+        }
+    }
+}
+
+/// Takes checkpoints of the model during training (shards over gRPC with a
+/// data dir): asked whether one is due every ~200 ms, and given the position
+/// while every pipeline is idle (nothing in flight).
+pub trait Checkpointer: Send + 'static {
+    /// Whether to take one now (may ask the shards; training goes on meanwhile).
+    fn due(&mut self) -> impl Future<Output = bool> + Send;
+    fn take(&mut self, position: Position) -> impl Future<Output = ()> + Send;
+}
+
+/// No checkpoints (embedded shards, or `--checkpoint-interval 0`).
+pub struct NoCheckpoints;
+
+impl Checkpointer for NoCheckpoints {
+    async fn due(&mut self) -> bool {
+        false
+    }
+
+    async fn take(&mut self, _position: Position) {}
+}
+
 /// What a finished training run reports.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct TrainSummary {
@@ -141,16 +234,32 @@ pub struct TrainSummary {
     /// training ended: ~1.0 when it showed the truth. Set by the caller that
     /// ran [`report`].
     pub progress_reached: Option<f64>,
+    /// This worker's position at the end.
+    pub position: Position,
+    /// The checkpoint version this process resumed from (0: the start).
+    pub resumed_from_version: u64,
+    /// Failures this process recovered from (shards lost, restarted, rolled back).
+    pub recoveries: u64,
+    /// In-vocabulary words this process read again after recoveries (work
+    /// lost between the last checkpoint and a failure).
+    pub words_retrained: u64,
+    /// Checkpoints this worker took part in, and the longest pause one cost.
+    pub checkpoints: u64,
+    pub checkpoint_pause_max_seconds: f64,
 }
 
 /// Trains on `corpus` through `shards` (a handle on the model's shards;
-/// each pipeline gets its own from [`ModelShards::pipeline`]).
-pub async fn train<S: ModelShards>(
+/// each pipeline gets its own from [`ModelShards::pipeline`]), from the
+/// position `tracker` holds (it follows the jobs done, also when training
+/// fails); `checkpointer` takes checkpoints while the pipelines are idle.
+pub async fn train<S: ModelShards, C: Checkpointer>(
     shards: S,
     vocab: Arc<Vocab>,
     corpus: Vec<PathBuf>,
     params: TrainParams,
     progress: Arc<Progress>,
+    tracker: Arc<Tracker>,
+    checkpointer: C,
 ) -> anyhow::Result<TrainSummary> {
     if params.num_workers == 0 || params.worker_index >= params.num_workers {
         bail!(
@@ -178,6 +287,8 @@ pub async fn train<S: ModelShards>(
         words_total: u64::from(params.iter) * total / params.num_workers,
     };
     let concurrency = params.concurrency.max(1);
+    // Tokens of earlier sessions (a resumed run): not this session's rate.
+    let tokens_before = progress.tokens.load(Relaxed);
     let (tx, rx) = async_channel::bounded::<Job>(concurrency * 2);
     let start = Instant::now();
     progress
@@ -201,6 +312,7 @@ pub async fn train<S: ModelShards>(
             num_workers: params.num_workers,
             max_sentence: params.max_sentence,
             invalid_utf8: params.invalid_utf8,
+            skip: tracker.position().skip(params.worker_index),
         };
         std::thread::Builder::new()
             .name("minibatch-stream".into())
@@ -210,9 +322,25 @@ pub async fn train<S: ModelShards>(
             .context("cannot start the corpus reader thread")?
     };
 
+    // Pipelines hold it shared while they take and step a job; a checkpoint
+    // holds it exclusively, so it sees every job taken done and none started.
+    let gate = Arc::new(tokio::sync::RwLock::new(()));
+    let finished = Arc::new(AtomicBool::new(false));
+    let checkpoints = tokio::spawn(checkpoint_loop(
+        checkpointer,
+        Arc::clone(&gate),
+        Arc::clone(&tracker),
+        Arc::clone(&finished),
+    ));
     let mut tasks = tokio::task::JoinSet::new();
     for _ in 0..concurrency {
-        let work = pipeline(rx.clone(), shards.pipeline(), Arc::clone(&progress));
+        let work = pipeline(
+            rx.clone(),
+            shards.pipeline(),
+            Arc::clone(&progress),
+            Arc::clone(&gate),
+            Arc::clone(&tracker),
+        );
         if S::BLOCKING {
             tasks.spawn_blocking(move || futures::executor::block_on(work));
         } else {
@@ -236,6 +364,8 @@ pub async fn train<S: ModelShards>(
         }
     }
     drop(rx);
+    finished.store(true, Relaxed);
+    let _ = checkpoints.await;
     let read = tokio::task::spawn_blocking(move || reader.join())
         .await
         .context("corpus reader")?
@@ -255,12 +385,36 @@ pub async fn train<S: ModelShards>(
         bytes_sent: progress.bytes_sent.load(Relaxed),
         bytes_received: progress.bytes_received.load(Relaxed),
         seconds,
-        tokens_per_second: tokens as f64 / seconds.max(1e-9),
+        tokens_per_second: tokens.saturating_sub(tokens_before) as f64 / seconds.max(1e-9),
         final_loss: progress.take_loss(),
         epoch_loss: progress.epoch_losses(),
         invalid_utf8_sentences_skipped,
         progress_reached: None,
+        position: tracker.position(),
+        resumed_from_version: 0,
+        recoveries: 0,
+        words_retrained: 0,
+        checkpoints: 0,
+        checkpoint_pause_max_seconds: 0.0,
     })
+}
+
+/// Takes a checkpoint whenever one is due, with every pipeline idle.
+async fn checkpoint_loop<C: Checkpointer>(
+    mut checkpointer: C,
+    gate: Arc<tokio::sync::RwLock<()>>,
+    tracker: Arc<Tracker>,
+    finished: Arc<AtomicBool>,
+) {
+    while !finished.load(Relaxed) {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        if finished.load(Relaxed) || !checkpointer.due().await {
+            continue;
+        }
+        let idle = gate.write().await;
+        checkpointer.take(tracker.position()).await;
+        drop(idle);
+    }
 }
 
 /// One training pipeline: takes jobs of the stream and steps their minibatches.
@@ -268,17 +422,23 @@ async fn pipeline<S: ModelShards>(
     rx: async_channel::Receiver<Job>,
     mut shards: S,
     progress: Arc<Progress>,
+    gate: Arc<tokio::sync::RwLock<()>>,
+    tracker: Arc<Tracker>,
 ) -> anyhow::Result<()> {
     let mut sgns = Sgns::new(shards.negative());
-    while let Ok(job) = rx.recv().await {
+    loop {
+        let _working = gate.read().await;
+        let Ok(job) = rx.recv().await else {
+            return Ok(());
+        };
         progress.tokens.fetch_add(job.tokens, Relaxed);
         progress.words.fetch_add(job.words, Relaxed);
         progress.trained_words.fetch_add(job.trained_words, Relaxed);
         for mb in &job.minibatches {
             sgns.step(&mut shards, mb, &progress).await?;
         }
+        tracker.complete(&job);
     }
-    Ok(())
 }
 
 /// The SGNS step of one pipeline, and its buffers.

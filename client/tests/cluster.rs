@@ -82,6 +82,7 @@ fn minibatch(fp: u64, inputs: &[u32], counts: &[u32], outputs: &[u32]) -> Miniba
         inputs: encode_u32(inputs),
         context_counts: encode_u32(counts),
         outputs: encode_u32(outputs),
+        lineage: 0,
     }
 }
 
@@ -242,6 +243,8 @@ async fn shard_with_another_vocabulary_is_refused() {
         vec![corpus.clone()],
         p,
         Arc::default(),
+        Arc::default(),
+        colonnade_client::train::NoCheckpoints,
     )
     .await
     .expect_err("unknown model");

@@ -147,6 +147,8 @@ async fn stepped(
         vec![corpus.to_path_buf()],
         p,
         Arc::new(Progress::default()),
+        Arc::default(),
+        colonnade_client::train::NoCheckpoints,
     )
     .await
     .expect("train");

@@ -10,7 +10,7 @@ use colonnade_common::model::ModelSpec;
 pub const MAX_NEGATIVE: u32 = 1024;
 
 /// Errors a shard reports; each variant is one gRPC code.
-#[derive(Debug, thiserror::Error, PartialEq)]
+#[derive(Clone, Debug, thiserror::Error, PartialEq)]
 pub enum ShardError {
     #[error("{0}")]
     InvalidArgument(String),
@@ -18,6 +18,16 @@ pub enum ShardError {
     FailedPrecondition(String),
     #[error("{0}")]
     ResourceExhausted(String),
+    /// The model's state is of another lineage than the call's (restored or
+    /// restarted since), or a checkpoint barrier was given up.
+    #[error("{0}")]
+    Aborted(String),
+    /// The shard is loading its models, or shutting down.
+    #[error("{0}")]
+    Unavailable(String),
+    /// The shard failed on its side (e.g. it could not write a checkpoint).
+    #[error("{0}")]
+    Internal(String),
 }
 
 impl ShardError {
@@ -27,6 +37,9 @@ impl ShardError {
             Self::InvalidArgument(_) => tonic::Code::InvalidArgument,
             Self::FailedPrecondition(_) => tonic::Code::FailedPrecondition,
             Self::ResourceExhausted(_) => tonic::Code::ResourceExhausted,
+            Self::Aborted(_) => tonic::Code::Aborted,
+            Self::Unavailable(_) => tonic::Code::Unavailable,
+            Self::Internal(_) => tonic::Code::Internal,
         }
     }
 }
@@ -36,7 +49,10 @@ impl From<ShardError> for tonic::Status {
         let code = e.code();
         let (ShardError::InvalidArgument(m)
         | ShardError::FailedPrecondition(m)
-        | ShardError::ResourceExhausted(m)) = e;
+        | ShardError::ResourceExhausted(m)
+        | ShardError::Aborted(m)
+        | ShardError::Unavailable(m)
+        | ShardError::Internal(m)) = e;
         tonic::Status::new(code, m)
     }
 }
@@ -245,13 +261,14 @@ impl Minibatch {
             inputs: encode_u32(&self.inputs),
             context_counts: encode_u32(&self.context_counts),
             outputs: encode_u32(&self.outputs),
+            lineage: 0,
         }
     }
 
     /// Decodes a wire minibatch into `self`, reusing its arrays; returns the
-    /// model fingerprint it names. Identity and learning rate do not travel:
-    /// they are left at their defaults.
-    pub fn decode_from(&mut self, wire: Option<&v1::Minibatch>) -> Result<u64, ShardError> {
+    /// model fingerprint and the lineage it names. Identity and learning rate
+    /// do not travel: they are left at their defaults.
+    pub fn decode_from(&mut self, wire: Option<&v1::Minibatch>) -> Result<(u64, u64), ShardError> {
         let b = wire.ok_or_else(|| invalid("field `batch` is missing"))?;
         decode_u32_into("inputs", &b.inputs, &mut self.inputs)?;
         decode_u32_into(
@@ -262,7 +279,7 @@ impl Minibatch {
         decode_u32_into("outputs", &b.outputs, &mut self.outputs)?;
         self.seed = b.seed;
         (self.id, self.alpha, self.sentence, self.position) = (MinibatchId::default(), 0.0, 0, 0);
-        Ok(b.model_fingerprint)
+        Ok((b.model_fingerprint, b.lineage))
     }
 
     /// Checks the arrays against each other and a vocabulary of `vocab_size`
@@ -318,7 +335,7 @@ mod tests {
             position: 4,
         };
         let mut back = Minibatch::default();
-        assert_eq!(back.decode_from(Some(&mb.to_wire(42))), Ok(42));
+        assert_eq!(back.decode_from(Some(&mb.to_wire(42))), Ok((42, 0)));
         assert_eq!(
             (back.seed, &back.inputs, &back.context_counts, &back.outputs),
             (99, &mb.inputs, &mb.context_counts, &mb.outputs)

@@ -27,8 +27,9 @@ pub use domain::{Matrix, Minibatch, MinibatchId, ShardError, ShardSpec, MAX_NEGA
 pub use shards::{CallError, ModelShards};
 
 /// Version of the shard API carried in `StatusResponse.api_version`. 2:
-/// dot products and weights travel as one pair-major array.
-pub const API_VERSION: u32 = 2;
+/// dot products and weights travel as one pair-major array. 3: lineages,
+/// checkpoints and restore.
+pub const API_VERSION: u32 = 3;
 
 /// Largest gRPC message either side accepts or sends (default tonic limit is 4 MiB).
 pub const MAX_MESSAGE_BYTES: usize = 512 * 1024 * 1024;
@@ -52,6 +53,11 @@ pub async fn connect(
         .tcp_nodelay(true)
         .connect_timeout(std::time::Duration::from_secs(5))
         .http2_adaptive_window(true)
+        // A shard that stops answering (SIGSTOP, a partition) is noticed
+        // within ~KEEPALIVE × 2 even while no call is in flight.
+        .http2_keep_alive_interval(KEEPALIVE)
+        .keep_alive_timeout(KEEPALIVE)
+        .keep_alive_while_idle(true)
         .connect()
         .await
         .map_err(err)?;
@@ -59,6 +65,9 @@ pub async fn connect(
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES))
 }
+
+/// HTTP/2 keepalive ping interval and timeout of every channel to a shard.
+pub const KEEPALIVE: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// A shard that could not be reached.
 #[derive(Debug, thiserror::Error)]

@@ -11,11 +11,13 @@
 //! [`service`] the thin tonic adapter (which pairs a `dotprod` with its
 //! `adjust`), [`server`] wires it with health checks; [`in_process`] reaches
 //! a model's shards in this process through the same boundary trait the
-//! client uses over gRPC. A shard never sends vectors or gradients during
+//! client uses over gRPC; [`checkpoints`] keeps models in a data dir
+//! (barrier, crash-safe versions, restore, load at start-up). A shard never sends vectors or gradients during
 //! training, never needs state between a `dotprod` and its `adjust` (a
 //! cached plan is an optimisation: a miss draws it again from the seed), and
 //! never changes state on a request it rejects.
 
+pub mod checkpoints;
 #[cfg(test)]
 mod fixture;
 pub mod hogwild;

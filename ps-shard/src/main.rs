@@ -18,6 +18,13 @@ struct Args {
     /// Refuse models whose two matrices need more than this many bytes.
     #[arg(long, env = "COLONNADE_MAX_MODEL_BYTES")]
     max_model_bytes: Option<u64>,
+    /// Keep models and their checkpoints in this directory: at start the
+    /// shard loads the newest complete checkpoint of every model found there
+    /// (health NOT_SERVING until done); clients take checkpoints into it
+    /// (`colonnade train --checkpoint-interval`). Without it, a shard's
+    /// models live only in its memory.
+    #[arg(long, env = "COLONNADE_SHARD_DATA_DIR")]
+    data_dir: Option<std::path::PathBuf>,
 }
 
 fn main() -> std::process::ExitCode {
@@ -40,11 +47,49 @@ async fn run(args: Args) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
     let addr = listener.local_addr().context("listener address")?;
-    tracing::info!(%addr, threads, version = env!("CARGO_PKG_VERSION"), "ps-shard serving");
-    let core = Arc::new(ShardCore::new(args.max_model_bytes));
-    serve(listener, core, threads, shutdown_signal())
+    tracing::info!(%addr, threads, version = env!("CARGO_PKG_VERSION"), data_dir = ?args.data_dir, "ps-shard serving");
+    let core = Arc::new(match args.data_dir {
+        Some(dir) => ShardCore::persistent(args.max_model_bytes, dir),
+        None => ShardCore::new(args.max_model_bytes),
+    });
+    let (failed_tx, failed_rx) = tokio::sync::oneshot::channel::<anyhow::Error>();
+    if core.is_loading() {
+        let core = Arc::clone(&core);
+        tokio::task::spawn_blocking(move || match core.load_data_dir() {
+            Ok(()) => core.loaded(),
+            Err(e) => {
+                let _ = failed_tx.send(anyhow::Error::new(e).context("cannot load the data dir"));
+            }
+        });
+    } else {
+        drop(failed_tx);
+    }
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(serve(listener, Arc::clone(&core), threads, async move {
+        let _ = stop_rx.await;
+    }));
+    let load_failed = async move {
+        match failed_rx.await {
+            Ok(e) => Some(e),
+            Err(_) => std::future::pending().await,
+        }
+    };
+    let failure = tokio::select! {
+        () = shutdown_signal() => None,
+        e = load_failed => e,
+    };
+    // Calls in flight finish; then any checkpoint being written.
+    let _ = stop_tx.send(());
+    server
         .await
+        .context("server task")?
         .context("server failed")?;
+    tokio::task::spawn_blocking(move || core.wait_for_writes())
+        .await
+        .context("waiting for checkpoint writes")?;
+    if let Some(e) = failure {
+        return Err(e);
+    }
     tracing::info!("ps-shard stopped");
     Ok(())
 }

@@ -12,6 +12,7 @@ use colonnade_common::sampler::AliasSampler;
 use colonnade_proto::domain::invalid_argument as invalid;
 use colonnade_proto::{Matrix, Minibatch, ShardError, ShardSpec};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
 
 #[derive(Default)]
 pub struct ModelStats {
@@ -27,6 +28,14 @@ pub struct Model {
     u: HogwildMatrix,
     v: HogwildMatrix,
     sampler: AliasSampler,
+    /// The word counts the sampler was built from (kept to rebuild the
+    /// initial state, and to write them next to checkpoints).
+    pub counts: Arc<[u64]>,
+    /// Which state this is: 0 as created, else the id a restore gave it
+    /// (relabelled in place when a restore finds it already at the version).
+    lineage: AtomicU64,
+    /// The checkpoint version this state started from (0: the initial state).
+    pub base_version: u64,
     pub stats: ModelStats,
 }
 
@@ -43,7 +52,13 @@ pub struct Scratch {
 }
 
 impl Model {
+    /// The initial state of a model: u from the init seed, v zero; lineage 0.
     pub fn new(spec: ShardSpec, counts: &[u64]) -> Result<Self, ShardError> {
+        Self::initial(spec, counts.into(), 0)
+    }
+
+    /// The initial state (version 0) under `lineage`.
+    pub fn initial(spec: ShardSpec, counts: Arc<[u64]>, lineage: u64) -> Result<Self, ShardError> {
         spec.validate()?;
         if counts.len() as u64 != spec.model.vocab_size {
             return Err(invalid(format!(
@@ -52,7 +67,7 @@ impl Model {
                 spec.model.vocab_size
             )));
         }
-        let sampler = AliasSampler::new(counts, f64::from(spec.model.sampling_power))
+        let sampler = AliasSampler::new(&counts, f64::from(spec.model.sampling_power))
             .map_err(|e| invalid(format!("field `counts`: {e}")))?;
         let rows = counts.len();
         let cols = spec.cols();
@@ -74,8 +89,41 @@ impl Model {
             u,
             v,
             sampler,
+            counts,
+            lineage: AtomicU64::new(lineage),
+            base_version: 0,
             stats: ModelStats::default(),
         })
+    }
+
+    /// This state under another lineage, as checkpoint `base_version`: the
+    /// caller fills its rows with [`Model::write_rows`] before anyone sees it.
+    pub fn with_base(mut self, base_version: u64) -> Self {
+        self.base_version = base_version;
+        self
+    }
+
+    pub fn lineage(&self) -> u64 {
+        self.lineage.load(Relaxed)
+    }
+
+    /// Relabels this state (a restore to the version it already is, untouched).
+    pub fn set_lineage(&self, lineage: u64) {
+        self.lineage.store(lineage, Relaxed);
+    }
+
+    /// Refuses calls made for another lineage of the model.
+    pub fn check_lineage(&self, lineage: u64) -> Result<(), ShardError> {
+        let mine = self.lineage();
+        if lineage == mine {
+            return Ok(());
+        }
+        Err(ShardError::Aborted(format!(
+            "model {:016x} is at lineage {mine:016x} (from checkpoint version {}), the call was \
+             made for lineage {lineage:016x}: the model was restored or the shard restarted \
+             since; reconcile the shards and resume from the checkpoint",
+            self.fingerprint, self.base_version
+        )))
     }
 
     pub fn memory_bytes(&self) -> usize {
@@ -201,6 +249,28 @@ impl Model {
         );
         self.stats.adjust_calls.fetch_add(1, Relaxed);
         self.stats.pairs_adjusted.fetch_add(pairs as u64, Relaxed);
+        Ok(())
+    }
+
+    /// Overwrites rows from `start` of one matrix with `values` (whole rows,
+    /// this shard's columns, row-major): loading a checkpoint.
+    pub fn write_rows(&self, matrix: Matrix, start: u64, values: &[f32]) -> Result<(), ShardError> {
+        let cols = self.spec.cols();
+        let rows = (values.len() / cols.max(1)) as u64;
+        let v = self.spec.model.vocab_size;
+        if values.len() % cols.max(1) != 0 || start.checked_add(rows).is_none_or(|e| e > v) {
+            return Err(invalid(format!(
+                "{} values from row {start} are not whole rows of {cols} columns within {v} rows",
+                values.len()
+            )));
+        }
+        let m = match matrix {
+            Matrix::Input => &self.u,
+            Matrix::Output => &self.v,
+        };
+        for (i, row) in values.chunks_exact(cols).enumerate() {
+            m.with_row_mut(start as usize + i, |r| r.copy_from_slice(row));
+        }
         Ok(())
     }
 

@@ -1,10 +1,15 @@
 //! The models a shard holds, keyed by fingerprint: creating (or attaching
-//! to) one within the shard's memory limit, looking one up, dropping one.
+//! to) one within the shard's memory limit, looking one up, dropping one;
+//! with a data dir, each model's files and checkpoints
+//! ([`crate::checkpoints`]).
 
+use crate::checkpoints::Checkpoints;
 use crate::model::Model;
 use colonnade_proto::{ShardError, ShardSpec};
 use dashmap::mapref::entry::Entry;
 use dashmap::DashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 
 /// All models this shard holds, keyed by fingerprint.
@@ -13,6 +18,11 @@ pub struct ShardCore {
     models: DashMap<u64, Arc<Model>>,
     /// Refuse models whose matrices would exceed this many bytes.
     pub max_model_bytes: Option<u64>,
+    /// Where models and their checkpoints are kept (`--data-dir`).
+    pub data_dir: Option<PathBuf>,
+    pub(crate) checkpoints: DashMap<u64, Arc<Checkpoints>>,
+    /// True until the data dir is loaded: model calls answer UNAVAILABLE.
+    loading: AtomicBool,
 }
 
 /// What `create_model` did.
@@ -25,9 +35,48 @@ pub struct Created {
 impl ShardCore {
     pub fn new(max_model_bytes: Option<u64>) -> Self {
         Self {
-            models: DashMap::new(),
             max_model_bytes,
+            ..Self::default()
         }
+    }
+
+    /// A shard keeping its models in `data_dir`: it answers UNAVAILABLE to
+    /// model calls until [`ShardCore::load_data_dir`] and
+    /// [`ShardCore::loaded`] ran.
+    pub fn persistent(max_model_bytes: Option<u64>, data_dir: PathBuf) -> Self {
+        Self {
+            max_model_bytes,
+            data_dir: Some(data_dir),
+            loading: AtomicBool::new(true),
+            ..Self::default()
+        }
+    }
+
+    pub fn is_loading(&self) -> bool {
+        self.loading.load(Relaxed)
+    }
+
+    /// Marks the data dir loaded: model calls are served.
+    pub fn loaded(&self) {
+        self.loading.store(false, Relaxed);
+    }
+
+    /// Puts `model` in place of any state of the same model (a restore or a
+    /// load); calls in flight on the old state finish on it, unseen.
+    pub(crate) fn insert_loaded(&self, model: Model) {
+        self.models.insert(model.fingerprint, Arc::new(model));
+    }
+
+    fn unavailable_while_loading(&self) -> Result<(), ShardError> {
+        if self.is_loading() {
+            return Err(ShardError::Unavailable(format!(
+                "this shard is loading its models from {}; retry shortly",
+                self.data_dir
+                    .as_deref()
+                    .map_or_else(String::new, |d| d.display().to_string())
+            )));
+        }
+        Ok(())
     }
 
     /// Creates the model, or attaches to it if this shard already holds the same
@@ -41,6 +90,8 @@ impl ShardCore {
         match self.models.entry(fingerprint) {
             Entry::Occupied(e) => attach(e.get(), &spec),
             Entry::Vacant(e) => {
+                // On disk before anyone can train it: a restart finds it.
+                self.persist_created(&model)?;
                 e.insert(model);
                 Ok(Created {
                     fingerprint,
@@ -54,6 +105,7 @@ impl ShardCore {
     /// received: the spec is valid and fits `max_model_bytes`; `Some` when
     /// this shard already holds the model (attaching to it is allowed).
     pub fn admit(&self, spec: &ShardSpec) -> Result<Option<Created>, ShardError> {
+        self.unavailable_while_loading()?;
         spec.validate()?;
         if let Some(existing) = self.models.get(&spec.model.fingerprint()) {
             return attach(&existing, spec).map(Some);
@@ -72,6 +124,7 @@ impl ShardCore {
     }
 
     pub fn model(&self, fingerprint: u64) -> Result<Arc<Model>, ShardError> {
+        self.unavailable_while_loading()?;
         self.models
             .get(&fingerprint)
             .map(|m| Arc::clone(&m))
@@ -95,8 +148,13 @@ impl ShardCore {
         all
     }
 
+    /// Drops the model, and with a data dir its files and checkpoints.
     pub fn drop_model(&self, fingerprint: u64) -> bool {
-        self.models.remove(&fingerprint).is_some()
+        let dropped = self.models.remove(&fingerprint).is_some();
+        if dropped {
+            self.forget_persisted(fingerprint);
+        }
+        dropped
     }
 }
 

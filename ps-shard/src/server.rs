@@ -18,7 +18,21 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), tonic::transport::Error> {
     let (reporter, health) = tonic_health::server::health_reporter();
-    reporter.set_serving::<ShardServer<ShardService>>().await;
+    if core.is_loading() {
+        // NOT_SERVING until the data dir is loaded.
+        reporter
+            .set_not_serving::<ShardServer<ShardService>>()
+            .await;
+        let core = Arc::clone(&core);
+        tokio::spawn(async move {
+            while core.is_loading() {
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+            reporter.set_serving::<ShardServer<ShardService>>().await;
+        });
+    } else {
+        reporter.set_serving::<ShardServer<ShardService>>().await;
+    }
     let shard = ShardServer::new(ShardService::new(core, threads))
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
@@ -48,9 +62,18 @@ impl SpawnedShard {
         threads: usize,
         max_model_bytes: Option<u64>,
     ) -> std::io::Result<Self> {
+        Self::serve_core(addr, threads, Arc::new(ShardCore::new(max_model_bytes))).await
+    }
+
+    /// Binds `addr` and serves `core` (e.g. one keeping a data dir, loaded
+    /// by the caller).
+    pub async fn serve_core(
+        addr: SocketAddr,
+        threads: usize,
+        core: Arc<ShardCore>,
+    ) -> std::io::Result<Self> {
         let listener = TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
-        let core = Arc::new(ShardCore::new(max_model_bytes));
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(serve(listener, Arc::clone(&core), threads, async {
             let _ = rx.await;

@@ -4,13 +4,15 @@
 //! `Internal`. It pairs each `dotprod` with the `adjust` of the same
 //! minibatch: the targets a `dotprod` drew wait in a [`TargetCache`] for it.
 
+use crate::checkpoints::{Arrival, Joined};
 use crate::model::{Model, Scratch};
 use crate::plan::Targets;
 use crate::registry::ShardCore;
 use colonnade_proto::v1::shard_server::Shard;
 use colonnade_proto::v1::{
-    self, AdjustRequest, AdjustResponse, CreateModelChunk, CreateModelResponse, DotprodRequest,
-    DotprodResponse, DropModelRequest, DropModelResponse, ModelStatus, PullRowsRequest, RowBlock,
+    self, AdjustRequest, AdjustResponse, CheckpointInfo, CheckpointRequest, CheckpointResponse,
+    CreateModelChunk, CreateModelResponse, DotprodRequest, DotprodResponse, DropModelRequest,
+    DropModelResponse, ModelStatus, PullRowsRequest, RestoreRequest, RestoreResponse, RowBlock,
     StatusRequest, StatusResponse,
 };
 use colonnade_proto::{decode_f32_into, decode_u64, encode_f32};
@@ -125,8 +127,9 @@ impl ShardService {
         let core = Arc::clone(&self.core);
         let targets = Arc::clone(&self.targets);
         self.blocking(move |bufs| {
-            let fingerprint = bufs.batch.decode_from(batch.as_ref())?;
+            let (fingerprint, lineage) = bufs.batch.decode_from(batch.as_ref())?;
             let model = core.model(fingerprint)?;
+            model.check_lineage(lineage)?;
             f(&model, bufs, &targets)
         })
         .await
@@ -213,6 +216,7 @@ impl Shard for ShardService {
         request: Request<AdjustRequest>,
     ) -> Result<Response<AdjustResponse>, Status> {
         let req = request.into_inner();
+        let fingerprint = req.batch.as_ref().map_or(0, |b| b.model_fingerprint);
         self.training_call(req.batch, move |model, b, cache| {
             decode_f32_into("weights", &req.weights, &mut b.weights)?;
             let t = cache.take(model, &b.batch, &mut b.spare)?;
@@ -221,7 +225,12 @@ impl Shard for ShardService {
             applied
         })
         .await?;
-        Ok(Response::new(AdjustResponse {}))
+        let checkpoint_pending = self
+            .core
+            .checkpoints
+            .get(&fingerprint)
+            .map_or(0, |c| c.pending());
+        Ok(Response::new(AdjustResponse { checkpoint_pending }))
     }
 
     type PullRowsStream = RowStream;
@@ -265,6 +274,56 @@ impl Shard for ShardService {
         )))
     }
 
+    async fn checkpoint(
+        &self,
+        request: Request<CheckpointRequest>,
+    ) -> Result<Response<CheckpointResponse>, Status> {
+        let req = request.into_inner();
+        let position: serde_json::Value = if req.position.is_empty() {
+            serde_json::Value::Null
+        } else {
+            serde_json::from_slice(&req.position)
+                .map_err(|e| Status::invalid_argument(format!("field `position`: not JSON: {e}")))?
+        };
+        let arrival = Arrival {
+            fingerprint: req.model_fingerprint,
+            lineage: req.lineage,
+            version: req.version,
+            worker: req.worker_index,
+            num_workers: req.num_workers,
+            position,
+            finished: req.finished,
+            durable: req.durable,
+            timeout: std::time::Duration::from_millis(u64::from(req.timeout_ms.max(1))),
+        };
+        let resp = match self.core.checkpoint(arrival).await? {
+            Joined::Taken(t) => CheckpointResponse {
+                version: t.version,
+                joined: true,
+                pause_seconds: t.pause_seconds,
+                bytes: t.bytes,
+            },
+            Joined::OtherPending(version) => CheckpointResponse {
+                version,
+                joined: false,
+                ..CheckpointResponse::default()
+            },
+        };
+        Ok(Response::new(resp))
+    }
+
+    async fn restore(
+        &self,
+        request: Request<RestoreRequest>,
+    ) -> Result<Response<RestoreResponse>, Status> {
+        let req = request.into_inner();
+        let core = Arc::clone(&self.core);
+        let restored = self
+            .blocking(move |_| core.restore(req.model_fingerprint, req.version, req.lineage))
+            .await?;
+        Ok(Response::new(RestoreResponse { restored }))
+    }
+
     async fn status(
         &self,
         _request: Request<StatusRequest>,
@@ -273,19 +332,38 @@ impl Shard for ShardService {
             .core
             .models()
             .iter()
-            .map(|m| ModelStatus {
-                model_fingerprint: m.fingerprint,
-                spec: Some(v1::ModelSpec::from(&m.spec)),
-                dotprod_calls: m.stats.dotprod_calls.load(Relaxed),
-                adjust_calls: m.stats.adjust_calls.load(Relaxed),
-                pairs_adjusted: m.stats.pairs_adjusted.load(Relaxed),
-                memory_bytes: m.memory_bytes() as u64,
+            .map(|m| {
+                let ckpt = self.core.checkpoints(m.fingerprint);
+                ModelStatus {
+                    model_fingerprint: m.fingerprint,
+                    spec: Some(v1::ModelSpec::from(&m.spec)),
+                    dotprod_calls: m.stats.dotprod_calls.load(Relaxed),
+                    adjust_calls: m.stats.adjust_calls.load(Relaxed),
+                    pairs_adjusted: m.stats.pairs_adjusted.load(Relaxed),
+                    memory_bytes: m.memory_bytes() as u64,
+                    lineage: m.lineage(),
+                    base_version: m.base_version,
+                    adjusts_since_base: m.stats.adjust_calls.load(Relaxed),
+                    checkpoints: ckpt
+                        .versions()
+                        .into_iter()
+                        .map(|v| CheckpointInfo {
+                            version: v.version,
+                            lineage: v.lineage,
+                            manifest: v.manifest.into(),
+                        })
+                        .collect(),
+                    checkpoint_pending: ckpt.pending(),
+                    checkpoint_error: ckpt.last_error().unwrap_or_default(),
+                }
             })
             .collect();
         Ok(Response::new(StatusResponse {
             version: env!("CARGO_PKG_VERSION").to_string(),
             api_version: colonnade_proto::API_VERSION,
             models,
+            persistent: self.core.data_dir.is_some(),
+            loading: self.core.is_loading(),
         }))
     }
 

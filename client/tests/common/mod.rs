@@ -2,7 +2,7 @@
 #![allow(dead_code)]
 
 use colonnade_client::shards::{create_model, model_spec, GrpcShard, GrpcShards};
-use colonnade_client::train::{train, Progress, TrainParams, TrainSummary};
+use colonnade_client::train::{train, NoCheckpoints, Progress, TrainParams, TrainSummary};
 use colonnade_common::model::{column_range, place_columns};
 use colonnade_common::vocab::{Counter, Vocab};
 use colonnade_ps_shard::{InProcessShards, Matrix, ShardCore, ShardSpec, SpawnedShard};
@@ -89,6 +89,8 @@ pub async fn run(
         vec![corpus.to_path_buf()],
         p.clone(),
         Arc::new(Progress::default()),
+        Arc::default(),
+        NoCheckpoints,
     )
     .await
     .expect("train");
@@ -123,6 +125,8 @@ pub async fn run_on_cores(
         vec![corpus.to_path_buf()],
         p.clone(),
         Arc::new(Progress::default()),
+        Arc::default(),
+        NoCheckpoints,
     )
     .await
     .expect("train in process");
