@@ -474,8 +474,9 @@ async fn train_over_grpc(
     progress: &Arc<Progress>,
 ) -> anyhow::Result<TrainSummary> {
     use std::sync::atomic::Ordering::Relaxed;
+    let start = Instant::now();
     let retry = Duration::from_secs(args.retry_timeout);
-    let mut session = cluster.reconcile(args.restart, retry).await?;
+    let mut session = cluster.reconcile(args.restart, None, false, retry).await?;
     let interval = match args.checkpoint_interval {
         Some(0) => None,
         Some(s) if !session.persistent => bail!(
@@ -486,6 +487,7 @@ async fn train_over_grpc(
         None => session.persistent.then(|| Duration::from_secs(300)),
     };
     let resumed_from = session.version;
+    let resumed_tokens = session.position.tokens;
     if session.version > 0 {
         let msg = format!(
             "resuming from checkpoint version {} of the model: worker {} at job {} ({} words of its part read{}); give --restart to start afresh",
@@ -585,12 +587,14 @@ async fn train_over_grpc(
                 tracing::warn!(error = %format!("{e:#}"), "training interrupted; reconciling with the shards (--retry-timeout {}s)", args.retry_timeout);
                 eprintln!("training interrupted: {e:#}; recovering");
                 let before = session.lineage;
+                // With checkpoints, a failure rolls the model back to the
+                // newest one (a minibatch may be half applied); without, the
+                // state is kept and this worker goes on where it was.
                 session = cluster
-                    .reconcile(false, retry)
+                    .reconcile(false, Some(before), interval.is_none(), retry)
                     .await
                     .context("recovery failed")?;
                 if session.lineage == before && !session.restored {
-                    // The same state: go on from where this worker was.
                     session.position = failed_at;
                     session.finished = false;
                 }
@@ -609,6 +613,10 @@ async fn train_over_grpc(
         Some(s) => s,
         None => finished_summary(&session, progress),
     };
+    // The whole of this process's training, recoveries included.
+    summary.seconds = start.elapsed().as_secs_f64();
+    summary.tokens_per_second =
+        summary.tokens.saturating_sub(resumed_tokens) as f64 / summary.seconds.max(1e-9);
     summary.resumed_from_version = resumed_from;
     summary.recoveries = recoveries;
     summary.words_retrained = words_retrained;

@@ -146,10 +146,23 @@ impl Cluster {
 
     /// Brings every shard to one state of the model and says where this
     /// worker resumes. `restart`: roll every shard back to the initial state
-    /// (drops the checkpoints). Waits up to `retry` for shards to come back.
-    pub async fn reconcile(&self, restart: bool, retry: Duration) -> anyhow::Result<Session> {
+    /// (drops the checkpoints). `failed`: the lineage this worker was
+    /// training when a call failed; if the shards still agree on it, the
+    /// state may hold a minibatch applied on some shards only (or applied
+    /// late by a shard that was not answering), so it is rolled back to the
+    /// newest checkpoint all shards hold, unless `keep_on_failure` (no
+    /// checkpoints: rolling back would start over). Waits up to `retry` for
+    /// shards to come back.
+    pub async fn reconcile(
+        &self,
+        restart: bool,
+        failed: Option<u64>,
+        keep_on_failure: bool,
+        retry: Duration,
+    ) -> anyhow::Result<Session> {
         let deadline = Instant::now() + retry;
         let mut restart = restart;
+        let mut failed = failed;
         let mut restored = false;
         for _round in 0..20 {
             let seen = self.statuses(deadline).await?;
@@ -169,7 +182,9 @@ impl Cluster {
             // empty next to trained ones must not be trained with them.
             let consistent = lineages.len() == 1
                 && !(lineages.contains(&0) && trained > 0 && trained < models.len());
-            if consistent && !restart {
+            let suspect =
+                consistent && !keep_on_failure && failed.is_some_and(|l| lineages.contains(&l));
+            if consistent && !restart && !suspect {
                 let lineage = models[0].lineage;
                 let (position, finished) = self.position_in(&models, common)?;
                 return Ok(Session {
@@ -185,12 +200,17 @@ impl Cluster {
             let lineage = next_lineage(self.fingerprint, target, &lineages);
             let why = if restart {
                 "--restart".to_string()
+            } else if suspect {
+                "a call failed: the last minibatches may be applied on some shards only".to_string()
             } else {
-                describe(&self.shards, &models)
+                format!(
+                    "the shards hold different states: {}",
+                    describe(&self.shards, &models)
+                )
             };
             tracing::warn!(
                 version = target,
-                "the shards hold different states of the model ({why}); rolling every shard back to checkpoint version {target}"
+                "rolling every shard back to checkpoint version {target} ({why})"
             );
             let results = futures::future::join_all(self.shards.iter().map(|s| {
                 let mut client = s.client.clone();
@@ -212,6 +232,7 @@ impl Cluster {
                 }
             }
             restart = false;
+            failed = None;
             restored = true;
         }
         bail!("the shards did not agree on one state of the model after 20 rounds of reconciling")
