@@ -43,8 +43,8 @@ ctx=$(mktemp -d "${TMPDIR:-/tmp}/colonnade-image.XXXXXX")
 trap 'rm -rf "$ctx"' EXIT
 root=$ctx/rootfs
 owned=$ctx/owned
-mkdir -p "$root/usr/local/bin" "$root/etc" "$owned/data" "$owned/out" "$owned/tmp"
-chmod 0755 "$owned/data" "$owned/out"
+mkdir -p "$root/usr/local/bin" "$root/etc" "$owned/data" "$owned/out" "$owned/tmp" "$owned/state"
+chmod 0755 "$owned/data" "$owned/out" "$owned/state"
 chmod 1777 "$owned/tmp"
 
 # Binaries (debug line tables stripped unless asked; symbols stay for backtraces).

@@ -3,7 +3,10 @@
 # builds the image, starts S shards + M workers (default 3 + 2) on a private
 # network under a unique project name, trains on a slice of the enwiki corpus,
 # exports HDF5 and checks it with h5py (shape, vocabulary, finite values, and
-# nearest neighbours of a few obvious words). Always tears everything down.
+# nearest neighbours of a few obvious words). Mid-run it kills a shard
+# container (`docker kill`, SIGKILL) once checkpoints exist: the shard comes
+# back on its state volume and the workers must recover and finish (their
+# summaries must report the recovery). Always tears everything down.
 #
 #   scripts/compose-test.sh
 #
@@ -17,6 +20,7 @@
 #   COLONNADE_SKIP_IMAGE_BUILD=1    reuse an existing colonnade:dev image
 #   COLONNADE_SKIP_CARGO_BUILD=1    build the image from the binaries in target/release
 #   COLONNADE_KEEP_TMP=1            keep the temporary directory (corpus, vocab, model.h5)
+#   COLONNADE_TEST_KILL_SHARD=1     docker kill shard-1 mid-run (0: do not)
 #
 # Ctrl-C (SIGINT) or SIGTERM stops the run and still tears everything down.
 set -euo pipefail
@@ -129,7 +133,9 @@ export COLONNADE_CORPUS=/data/corpus.txt
 export COLONNADE_VOCAB=/out/vocab.tsv
 export COLONNADE_OUTPUT=/out/model.h5
 export COLONNADE_SIZE=${COLONNADE_SIZE:-50}
-export COLONNADE_ITER=${COLONNADE_ITER:-1}
+export COLONNADE_ITER=${COLONNADE_ITER:-2}
+export COLONNADE_CHECKPOINT_INTERVAL=${COLONNADE_CHECKPOINT_INTERVAL:-2}
+kill_shard=${COLONNADE_TEST_KILL_SHARD:-1}
 export COLONNADE_MIN_COUNT=${COLONNADE_MIN_COUNT:-5}
 export COLONNADE_THREADS=${COLONNADE_THREADS:-2}
 export COLONNADE_SHARD_THREADS=${COLONNADE_SHARD_THREADS:-1}
@@ -145,7 +151,35 @@ log "project $project: $shards shards, $workers workers, size $COLONNADE_SIZE, i
 t_up=$(date +%s)
 status=0
 timeout --foreground "$run_timeout" "${compose_bin[@]}" -p "$project" -f "$compose_file" --env-file "$env_file" \
-  up -d --no-build >"$tmp/up.log" 2>&1 || status=$?
+  up -d --no-build >"$tmp/up.log" 2>&1 &
+up_pid=$!
+killed=0
+if [ "$kill_shard" = 1 ]; then
+  # `up -d` returns only once the workers are done: kill meanwhile, once
+  # shard-1 has written two checkpoints.
+  for _ in $(seq 1 600); do
+    n=$(dc logs --no-color shard-1 2>/dev/null | grep -c 'checkpoint taken' || true)
+    if [ "${n:-0}" -ge 2 ]; then
+      id=$(dc ps -q shard-1)
+      log "docker kill shard-1 ($id) after $n checkpoints, $(($(date +%s) - t_up)) s into the run"
+      docker kill "$id" >/dev/null
+      killed=1
+      sleep 3
+      # The restart policy (unless-stopped) does not apply to a container
+      # stopped by `docker kill` itself; an orchestrator (or the policy, for a
+      # process that crashed) starts it again: do that here.
+      if [ "$(docker inspect -f '{{.State.Running}}' "$id")" != true ]; then
+        log "starting shard-1 again on its state volume"
+        docker start "$id" >/dev/null
+      fi
+      break
+    fi
+    kill -0 "$up_pid" 2>/dev/null || break
+    sleep 0.5
+  done
+  [ "$killed" = 1 ] || log "WARNING: training ended before shard-1 had two checkpoints; nothing was killed"
+fi
+wait "$up_pid" || status=$?
 if [ "$status" != 0 ]; then
   cat "$tmp/up.log" >&2
   dc logs --no-color --tail 40 >&2 || true
@@ -177,12 +211,13 @@ fi
 dc logs --no-color worker-0 2>&1 | grep -E 'model ready|training done|trained ' | sed 's/\x1b\[[0-9;]*m//g' | tail -3 >&2 || true
 
 # 6. Check the exported HDF5 with h5py.
-"$python" - "$tmp/out/model.h5" "$tmp/out/vocab.tsv" "$COLONNADE_SIZE" "$shards" "$tmp/out" <<'PY'
+"$python" - "$tmp/out/model.h5" "$tmp/out/vocab.tsv" "$COLONNADE_SIZE" "$shards" "$tmp/out" "$killed" <<'PY'
 import glob, json, sys
 import h5py
 import numpy as np
 
 path, vocab_path, dim, shards, outdir = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+killed = sys.argv[6] == "1"
 vocab, vocab_counts, vocab_fp = [], [], None
 for line in open(vocab_path, encoding="utf-8"):
     line = line.rstrip("\n")
@@ -252,10 +287,16 @@ if problems:
     fail("; ".join(problems))
 
 tokens = seconds = 0.0
+recoveries = 0
 for s in sorted(glob.glob(f"{outdir}/train-summary-*.json")):
     j = json.load(open(s))
     tokens += j.get("tokens", 0)
     seconds = max(seconds, j.get("seconds", 0))
+    recoveries += j.get("recoveries", 0)
+if killed and recoveries < 1:
+    fail("a shard was killed but no worker reports a recovery")
+if killed:
+    print(f"compose-test: shard-1 killed mid-run; workers recovered {recoveries} time(s) and finished")
 print(f"compose-test: HDF5 ok: vocab {V} words, vectors {vectors.shape[0]}x{vectors.shape[1]} float32, all finite, "
       f"fingerprint {attrs.get('model_fingerprint')}, shards {attrs.get('shards')}")
 if seconds:

@@ -41,6 +41,12 @@ emit() {
 #   vocab  ──► worker-0..$((workers - 1)) ──► exporter      (one-shot jobs, in that order)
 #   shard-0..$((shards - 1))  (long-running, healthy before any worker starts)
 #
+# Surviving the loss of a process: every shard keeps its checkpoints on its own
+# named volume (shard-N-state, at /state) and is restarted when it dies; workers
+# take a checkpoint every COLONNADE_CHECKPOINT_INTERVAL seconds (default 300)
+# and are restarted when they fail; a restarted shard loads its newest
+# checkpoint, a restarted worker resumes its part from it (docs/deploy.md).
+#
 # Environment values written as "KEY:" (no value) are passed through from the
 # shell or .env when set there, and left unset (binary default) otherwise.
 
@@ -74,11 +80,16 @@ EOF
   shard-$s:
     <<: *colonnade
     entrypoint: ["/usr/local/bin/ps-shard"]
+    restart: unless-stopped
+    stop_grace_period: 60s
     environment:
       COLONNADE_LISTEN: 0.0.0.0:50051
+      COLONNADE_SHARD_DATA_DIR: /state
       COLONNADE_SHARD_THREADS:
       COLONNADE_MAX_MODEL_BYTES:
       RUST_LOG:
+    volumes:
+      - shard-$s-state:/state
     mem_limit: \${COLONNADE_SHARD_MEM_LIMIT:-2g}
     healthcheck: *shard-healthcheck
 
@@ -107,6 +118,9 @@ EOF
   worker-$w:
     <<: *colonnade
     command: ["train"]
+    # A failed worker is started again and resumes its part from the newest
+    # checkpoint; one that finished (exit 0) is not.
+    restart: on-failure
     depends_on:
       vocab:
         condition: service_completed_successfully
@@ -137,6 +151,10 @@ EOF
       COLONNADE_SEED:
       COLONNADE_SAMPLING_POWER:
       COLONNADE_CONNECT_TIMEOUT_SECS:
+      COLONNADE_CHECKPOINT_INTERVAL:
+      COLONNADE_RETRY_TIMEOUT:
+      COLONNADE_CALL_TIMEOUT:
+      COLONNADE_RESTART:
       RUST_LOG:
     volumes:
       - \${COLONNADE_DATA_DIR:-./data}:/data:ro
@@ -177,7 +195,12 @@ networks:
   colonnade:
     # Private: no route out of the cluster, reachable only by its own containers.
     internal: true
+
+volumes:
 EOF
+  for ((s = 0; s < shards; s++)); do
+    echo "  shard-$s-state:"
+  done
 }
 
 if [ "$out" = - ]; then
