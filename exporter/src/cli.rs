@@ -1,7 +1,8 @@
-//! `colonnade-export` / `colonnade export`: export a model from running shards.
+//! `colonnade-export` / `colonnade export`: export a model from running
+//! shards, or from their checkpoint directories with no shard running.
 
 use crate::outputs::{check_outputs, FlagPath};
-use crate::{discover, export, model_provenance};
+use crate::{discover, export, export_from, model_provenance, Source};
 use anyhow::bail;
 use colonnade_common::vocab::Vocab;
 use std::path::PathBuf;
@@ -54,12 +55,20 @@ impl OutputArgs {
     }
 }
 
-/// Export a trained model from running shards.
+/// Export a trained model from running shards, or from their checkpoints.
 #[derive(clap::Args, Debug)]
+#[group(id = "source", required = true, multiple = false, args = ["shards", "checkpoint"])]
 pub struct ExportArgs {
     /// Shard endpoints, comma-separated (any order).
-    #[arg(long, env = "COLONNADE_SHARDS", value_delimiter = ',', required = true)]
+    #[arg(long, env = "COLONNADE_SHARDS", value_delimiter = ',')]
     pub shards: Vec<String>,
+    /// Instead of running shards: every shard's data dir (`ps-shard
+    /// --data-dir`, or a model directory in it), comma-separated, any order.
+    /// The newest checkpoint version all of them hold is exported (an
+    /// unreadable one falls back to the previous); needs the model's size in
+    /// memory.
+    #[arg(long, env = "COLONNADE_CHECKPOINT", value_delimiter = ',')]
+    pub checkpoint: Vec<PathBuf>,
     /// The vocabulary file the model was trained with.
     #[arg(long, env = "COLONNADE_VOCAB")]
     pub vocab: PathBuf,
@@ -81,21 +90,57 @@ pub async fn run(args: ExportArgs) -> anyhow::Result<()> {
         .transpose()?;
     check_outputs(&[FlagPath::new("--vocab", &args.vocab)], &args.out.paths())?;
     let vocab = Vocab::load(&args.vocab)?;
+    if !args.checkpoint.is_empty() {
+        let dirs = args.checkpoint.clone();
+        let model =
+            tokio::task::spawn_blocking(move || crate::checkpoints::load(&dirs, fingerprint))
+                .await??;
+        check_vocab(&args, &vocab, &model.spec)?;
+        tracing::info!(
+            version = model.version,
+            fingerprint = format!("{:016x}", model.fingerprint),
+            "exporting checkpoint version {}",
+            model.version
+        );
+        let provenance = model_provenance(&model.spec, model.fingerprint, model.slices.len());
+        let summary = export_from(
+            Source::Slices(&model.slices),
+            model.fingerprint,
+            &vocab,
+            model.spec.dim,
+            &args.out,
+            &provenance,
+        )
+        .await?;
+        for f in &summary.files {
+            tracing::info!(file = %f.display(), rows = summary.rows, dim = summary.dim, version = model.version, "written");
+        }
+        return Ok(());
+    }
     let (mut shards, spec, fp) = discover(&args.shards, fingerprint).await?;
+    check_vocab(&args, &vocab, &spec)?;
+    let provenance = model_provenance(&spec, fp, shards.len());
+    let summary = export(&mut shards, fp, &vocab, spec.dim, &args.out, &provenance).await?;
+    for f in &summary.files {
+        tracing::info!(file = %f.display(), rows = summary.rows, dim = summary.dim, "written");
+    }
+    Ok(())
+}
+
+fn check_vocab(
+    args: &ExportArgs,
+    vocab: &Vocab,
+    spec: &colonnade_common::model::ModelSpec,
+) -> anyhow::Result<()> {
     if spec.vocab_fingerprint != vocab.fingerprint() || spec.vocab_size != vocab.len() as u64 {
         bail!(
-            "{}: vocabulary (fingerprint {:016x}, {} words) is not the one the shards hold ({:016x}, {} words)",
+            "{}: vocabulary (fingerprint {:016x}, {} words) is not the one the model was trained with ({:016x}, {} words)",
             args.vocab.display(),
             vocab.fingerprint(),
             vocab.len(),
             spec.vocab_fingerprint,
             spec.vocab_size
         );
-    }
-    let provenance = model_provenance(&spec, fp, shards.len());
-    let summary = export(&mut shards, fp, &vocab, spec.dim, &args.out, &provenance).await?;
-    for f in &summary.files {
-        tracing::info!(file = %f.display(), rows = summary.rows, dim = summary.dim, "written");
     }
     Ok(())
 }

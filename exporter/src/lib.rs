@@ -6,14 +6,18 @@
 //! output flags `colonnade train` shares and the `export` command; [`outputs`]
 //! checks output paths before any work starts.
 //!
-//! It only reads shard state (`PullRows`, `Status`); it must never modify a
+//! [`checkpoints`] reads a model from shards' checkpoint directories instead,
+//! with no shard running.
+//!
+//! It only reads shard state (`PullRows`, `Status`, checkpoint files); it must never modify a
 //! model, and never lays out a file itself.
 
+pub mod checkpoints;
 pub mod cli;
 pub mod outputs;
 pub mod pull;
 
 pub use pull::{
-    describe_model, discover, export, model_provenance, parse_fingerprint, ExportSummary,
-    ShardHandle,
+    describe_model, discover, export, export_from, model_provenance, parse_fingerprint,
+    ExportSummary, ShardHandle, Source,
 };

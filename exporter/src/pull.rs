@@ -1,6 +1,7 @@
 //! Pulling column slices from the shards, assembling rows and handing them
 //! to the file writers of `colonnade-formats`.
 
+use crate::checkpoints::LoadedSlice;
 use crate::cli::OutputArgs;
 use anyhow::{bail, Context};
 use colonnade_common::model::{place_columns, ModelSpec};
@@ -239,10 +240,68 @@ async fn pull_block(
     Ok(())
 }
 
+/// Where an export reads rows from.
+pub enum Source<'a> {
+    /// Running shards, pulled block by block.
+    Shards(&'a mut [ShardHandle]),
+    /// Slices loaded from checkpoint files, in column order.
+    Slices(&'a [LoadedSlice]),
+}
+
+impl Source<'_> {
+    /// Rows [start, end) of `matrix`, full width, into `out`.
+    async fn block(
+        &mut self,
+        fingerprint: u64,
+        matrix: Matrix,
+        start: u64,
+        end: u64,
+        dim: usize,
+        out: &mut Vec<f32>,
+    ) -> anyhow::Result<()> {
+        match self {
+            Source::Shards(shards) => {
+                pull_block(shards, fingerprint, matrix, start, end, dim, out).await
+            }
+            Source::Slices(slices) => {
+                out.clear();
+                out.resize((end - start) as usize * dim, 0.0);
+                for s in slices.iter() {
+                    let cols = (s.cols.end - s.cols.start) as usize;
+                    let m = if matrix == Matrix::Input { &s.u } else { &s.v };
+                    let part = &m[start as usize * cols..end as usize * cols];
+                    place_columns(out, dim, s.cols.clone(), part);
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
 /// Pulls the model and writes every file `out` asks for; an HDF5 file gets
 /// `provenance` as its attributes.
 pub async fn export(
     shards: &mut [ShardHandle],
+    fingerprint: u64,
+    vocab: &Vocab,
+    dim: u32,
+    out: &OutputArgs,
+    provenance: &Provenance,
+) -> anyhow::Result<ExportSummary> {
+    export_from(
+        Source::Shards(shards),
+        fingerprint,
+        vocab,
+        dim,
+        out,
+        provenance,
+    )
+    .await
+}
+
+/// [`export`] from any [`Source`].
+pub async fn export_from(
+    mut source: Source<'_>,
     fingerprint: u64,
     vocab: &Vocab,
     dim: u32,
@@ -285,16 +344,9 @@ pub async fn export(
     let mut start = 0;
     while start < v {
         let end = (start + BLOCK_ROWS).min(v);
-        pull_block(
-            shards,
-            fingerprint,
-            Matrix::Input,
-            start,
-            end,
-            d,
-            &mut block,
-        )
-        .await?;
+        source
+            .block(fingerprint, Matrix::Input, start, end, d, &mut block)
+            .await?;
         if let Some(w) = h5.as_mut() {
             tokio::task::block_in_place(|| w.write_input(start, &block))?;
         }
@@ -317,16 +369,9 @@ pub async fn export(
             let mut start = 0;
             while start < v {
                 let end = (start + BLOCK_ROWS).min(v);
-                pull_block(
-                    shards,
-                    fingerprint,
-                    Matrix::Output,
-                    start,
-                    end,
-                    d,
-                    &mut block,
-                )
-                .await?;
+                source
+                    .block(fingerprint, Matrix::Output, start, end, d, &mut block)
+                    .await?;
                 tokio::task::block_in_place(|| w.write_output(start, &block))?;
                 start = end;
             }

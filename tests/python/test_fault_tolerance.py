@@ -169,6 +169,20 @@ def test_shard_killed_mid_run_resumes_to_the_uninterrupted_model(small_corpus, c
     assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), (
         f"resumed model differs from the uninterrupted one: max |diff| {np.abs(got - want).max()}\n{client.text()[-4000:]}"
     )
+    # With no shard running, the final checkpoint exports the same model.
+    for shard in (a, b):
+        shard.proc.stop()
+    from_ckpt = tmp_path / "from-checkpoint.h5"
+    res = run([colonnade(), "export", "--checkpoint", f"{b.data_dir},{a.data_dir}", "--vocab", vocab,
+               "--output", from_ckpt, "--output-text", tmp_path / "from-checkpoint.txt"])
+    assert np.array_equal(vectors(from_ckpt).view(np.uint32), got.view(np.uint32)), res.stderr
+    from gensim.models import KeyedVectors
+    kv = KeyedVectors.load_word2vec_format(str(tmp_path / "from-checkpoint.txt"))
+    assert kv.vectors.shape == got.shape
+    # One shard's directory alone does not make the model.
+    res = run([colonnade(), "export", "--checkpoint", a.data_dir, "--vocab", vocab, "--output", tmp_path / "half.h5"],
+              expect_ok=False)
+    assert res.returncode != 0 and "missing" in res.stderr, res.stderr
 
 
 def test_stopped_shard_is_treated_as_failed_and_training_recovers(corpus_100k, cluster, tmp_path):
