@@ -270,6 +270,7 @@ async fn shard_with_another_vocabulary_is_refused() {
         .save(&bad_vocab)
         .expect("save");
     let args = colonnade_exporter::cli::ExportArgs {
+        checkpoint: Vec::new(),
         shards: spawned.iter().map(SpawnedShard::endpoint).collect(),
         vocab: bad_vocab.clone(),
         fingerprint: None,
