@@ -502,6 +502,7 @@ async fn train_over_grpc(
     }
     let (mut recoveries, mut words_retrained) = (0u64, 0u64);
     let mut checkpointer: Option<GrpcCheckpointer> = None;
+    let mut finish_deadline: Option<Instant> = None;
     let summary = loop {
         let tracker = Arc::new(Tracker::new(session.position));
         progress.tokens.store(session.position.tokens, Relaxed);
@@ -569,16 +570,51 @@ async fn train_over_grpc(
         match result {
             Ok(summary) => {
                 let position = summary.as_ref().map_or(session.position, |s| s.position);
-                if let Some(c) = &checkpointer {
-                    if !session.finished {
-                        // This worker's part is done: recorded (so later
-                        // barriers do not wait for it) and on disk.
-                        if let Err(e) = c.finish(position).await {
-                            tracing::warn!(error = %format!("{e:#}"), "the final checkpoint was not taken");
-                        }
-                    }
+                let Some(c) = checkpointer.as_ref().filter(|_| !session.finished) else {
+                    break summary;
+                };
+                // This worker's part is done: recorded (so later barriers do
+                // not wait for it) and on disk, before it exits. Until then a
+                // rollback could undo its last minibatches with no worker left
+                // to train them again.
+                let Err(e) = c.finish(position).await else {
+                    break summary;
+                };
+                if e
+                    .downcast_ref::<colonnade_proto::CallError>()
+                    .is_some_and(|c| c.code == tonic::Code::Internal)
+                {
+                    // A shard could not write it (e.g. its disk is full):
+                    // the model is complete in the shards' memory; the
+                    // newest version on disk stays the one before.
+                    tracing::error!(error = %format!("{e:#}"), "the final checkpoint could not be written; the newest checkpoint on disk is an earlier one");
+                    eprintln!("warning: the final checkpoint could not be written ({e:#}); the model is complete on the running shards");
+                    break summary;
                 }
-                break summary;
+                let giving_up = finish_deadline.get_or_insert_with(|| Instant::now() + retry);
+                if Instant::now() >= *giving_up {
+                    return Err(e.context(format!(
+                        "the final checkpoint could not be taken within --retry-timeout {}s",
+                        args.retry_timeout
+                    )));
+                }
+                tracing::warn!(error = %format!("{e:#}"), "the final checkpoint was not taken; reconciling and trying again");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                let before = session.lineage;
+                session = cluster
+                    .reconcile(false, None, true, retry)
+                    .await
+                    .context("recovery failed")?;
+                if session.lineage == before && !session.restored {
+                    // Nothing was lost: the stream is at its end, try again.
+                    session.position = position;
+                    session.finished = false;
+                } else {
+                    // Rolled back: train this worker's part again from the
+                    // checkpoint's position.
+                    recoveries += 1;
+                    words_retrained += position.words.saturating_sub(session.position.words);
+                }
             }
             Err(e) if recoverable(&e) => {
                 recoveries += 1;

@@ -445,15 +445,11 @@ impl GrpcCheckpointer {
         .await;
         let mut pause: f64 = 0.0;
         let mut other = None;
-        for (s, a) in self.shards.iter().zip(answers) {
+        let count = self.shards.len();
+        for (i, (s, a)) in self.shards.iter().zip(answers).enumerate() {
             let a = a
                 .map_err(|e| {
-                    anyhow::anyhow!(
-                        "shard {}: checkpoint {version}: {}: {}",
-                        s.endpoint,
-                        e.code(),
-                        e.message()
-                    )
+                    colonnade_proto::CallError::from_status(&s.endpoint, i, count, "checkpoint", &e)
                 })?
                 .into_inner();
             if !a.joined {
