@@ -580,8 +580,7 @@ async fn train_over_grpc(
                 let Err(e) = c.finish(position).await else {
                     break summary;
                 };
-                if e
-                    .downcast_ref::<colonnade_proto::CallError>()
+                if e.downcast_ref::<colonnade_proto::CallError>()
                     .is_some_and(|c| c.code == tonic::Code::Internal)
                 {
                     // A shard could not write it (e.g. its disk is full):
