@@ -148,9 +148,15 @@ pub struct TrainArgs {
     /// shards. Default: available cores.
     #[arg(long, env = "COLONNADE_THREADS")]
     pub threads: Option<usize>,
-    /// Minibatches each thread keeps in flight (shards reached over gRPC).
+    /// Calls each thread keeps in flight (shards reached over gRPC).
     #[arg(long, env = "COLONNADE_IN_FLIGHT", default_value_t = 2)]
     pub in_flight: usize,
+    /// Minibatches per call (shards reached over gRPC): independent
+    /// minibatches, each its own update, sent in one dotprod and one adjust
+    /// so that per-call costs are paid once for all of them. Minibatches in
+    /// flight per worker: threads × --in-flight × this.
+    #[arg(long, env = "COLONNADE_MINIBATCHES_PER_CALL", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub minibatches_per_call: u32,
     /// Input words per minibatch.
     #[arg(long, env = "COLONNADE_MINIBATCH", default_value_t = 256)]
     pub minibatch: usize,
@@ -343,6 +349,11 @@ pub async fn run_train(args: TrainArgs) -> anyhow::Result<TrainSummary> {
             threads
         } else {
             threads * args.in_flight.max(1)
+        },
+        minibatches_per_call: if in_process {
+            1
+        } else {
+            args.minibatches_per_call as usize
         },
         minibatch: args.minibatch,
         seed: args.seed,
@@ -745,8 +756,12 @@ fn validate(args: &TrainArgs) -> anyhow::Result<()> {
             args.size
         );
     }
-    if args.window == 0 {
-        bail!("--window must be at least 1");
+    if args.window == 0 || args.window > crate::stream::MAX_WINDOW {
+        bail!(
+            "--window {} is outside 1..={} (window radii travel as one byte)",
+            args.window,
+            crate::stream::MAX_WINDOW
+        );
     }
     if args.negative == 0 {
         bail!("--negative must be at least 1 (hierarchical softmax is not supported)");

@@ -10,7 +10,7 @@ use colonnade_common::vocab::Vocab;
 use colonnade_proto::v1::shard_client::ShardClient;
 use colonnade_proto::v1::{self, AdjustRequest, CreateModelChunk, DotprodRequest};
 use colonnade_proto::{
-    connect, decode_f32_into, encode_f32, encode_u64, CallError, Minibatch, MinibatchId,
+    connect, decode_f32_into, encode_f16, encode_u64, CallError, Minibatch, MinibatchId,
     ModelShards, ShardSpec,
 };
 use colonnade_ps_shard::SpawnedShard;
@@ -164,8 +164,10 @@ pub struct GrpcShards {
     timeout: Duration,
     /// The newest checkpoint version a shard said other workers wait for.
     pending: Arc<std::sync::atomic::AtomicU64>,
-    /// The last minibatch's wire form, from its `dotprod` for its `adjust`.
-    wire: Option<(MinibatchId, u64, v1::Minibatch)>,
+    /// The last call's minibatches in wire form (and their identities),
+    /// from their `dotprod` for their `adjust`.
+    wire: Vec<v1::Minibatch>,
+    wire_ids: Vec<(MinibatchId, u64)>,
     part: Vec<f32>,
     sent: u64,
     received: u64,
@@ -180,7 +182,8 @@ impl GrpcShards {
             lineage: 0,
             timeout: DEFAULT_CALL_TIMEOUT,
             pending: Arc::default(),
-            wire: None,
+            wire: Vec::new(),
+            wire_ids: Vec::new(),
             part: Vec::new(),
             sent: 0,
             received: 0,
@@ -204,15 +207,26 @@ impl GrpcShards {
         Arc::clone(&self.pending)
     }
 
-    fn wire(&mut self, mb: &Minibatch) -> v1::Minibatch {
-        match self.wire.take() {
-            Some((id, seed, wire)) if id == mb.id && seed == mb.seed => wire,
-            _ => {
+    /// The wire form of `mbs`: the one the last `dotprod` encoded, when it
+    /// was for the same minibatches.
+    fn wire(&mut self, mbs: &[Minibatch]) -> Vec<v1::Minibatch> {
+        let same = self.wire_ids.len() == mbs.len()
+            && self
+                .wire_ids
+                .iter()
+                .zip(mbs)
+                .all(|(&(id, seed), mb)| id == mb.id && seed == mb.seed);
+        if same {
+            self.wire_ids.clear();
+            return std::mem::take(&mut self.wire);
+        }
+        mbs.iter()
+            .map(|mb| {
                 let mut wire = mb.to_wire(self.fingerprint);
                 wire.lineage = self.lineage;
                 wire
-            }
-        }
+            })
+            .collect()
     }
 
     fn failed(&self, i: usize, call: &'static str, status: &tonic::Status) -> CallError {
@@ -240,7 +254,8 @@ impl ModelShards for GrpcShards {
             lineage: self.lineage,
             timeout: self.timeout,
             pending: Arc::clone(&self.pending),
-            wire: None,
+            wire: Vec::new(),
+            wire_ids: Vec::new(),
             part: Vec::new(),
             sent: 0,
             received: 0,
@@ -251,10 +266,9 @@ impl ModelShards for GrpcShards {
         self.negative
     }
 
-    async fn dotprod(&mut self, mb: &Minibatch, dots: &mut Vec<f32>) -> Result<(), CallError> {
-        let batch = self.wire(mb);
+    async fn dotprod(&mut self, mbs: &[Minibatch], dots: &mut Vec<f32>) -> Result<(), CallError> {
         let req = DotprodRequest {
-            batch: Some(batch.clone()),
+            batches: self.wire(mbs),
         };
         self.sent += req.encoded_len() as u64 * self.shards.len() as u64;
         let responses = futures::future::join_all(self.shards.iter().map(|s| {
@@ -262,7 +276,7 @@ impl ModelShards for GrpcShards {
             async move { client.dotprod(req).await }
         }))
         .await;
-        let expected = mb.pairs() * (self.negative + 1);
+        let expected: usize = mbs.iter().map(|mb| mb.pairs() * (self.negative + 1)).sum();
         for (i, resp) in responses.into_iter().enumerate() {
             let resp = resp
                 .map_err(|e| self.failed(i, "dotprod", &e))?
@@ -286,14 +300,16 @@ impl ModelShards for GrpcShards {
                 }
             }
         }
-        self.wire = Some((mb.id, mb.seed, batch));
+        self.wire = req.batches;
+        self.wire_ids.clear();
+        self.wire_ids.extend(mbs.iter().map(|mb| (mb.id, mb.seed)));
         Ok(())
     }
 
-    async fn adjust(&mut self, mb: &Minibatch, weights: &[f32]) -> Result<(), CallError> {
+    async fn adjust(&mut self, mbs: &[Minibatch], scaled: &[f32]) -> Result<(), CallError> {
         let req = AdjustRequest {
-            batch: Some(self.wire(mb)),
-            weights: encode_f32(weights),
+            batches: self.wire(mbs),
+            scaled_weights: encode_f16(scaled),
         };
         self.sent += req.encoded_len() as u64 * self.shards.len() as u64;
         let results = futures::future::join_all(self.shards.iter().map(|s| {

@@ -26,6 +26,7 @@ use colonnade_common::corpus::{InvalidUtf8, SentenceReader, INVALID_UTF8_WARNING
 use colonnade_common::seeds::{self, derive, Purpose};
 use colonnade_common::sgns::learning_rate;
 use colonnade_common::vocab::Vocab;
+use colonnade_proto::domain::Segment;
 use colonnade_proto::{Minibatch, MinibatchId};
 use rand::RngCore;
 use std::path::PathBuf;
@@ -38,6 +39,9 @@ pub struct Schedule {
     /// In-vocabulary words this worker reads over all epochs.
     pub words_total: u64,
 }
+
+/// Largest window radius: minibatches travel as windows, one byte per radius.
+pub const MAX_WINDOW: u32 = u8::MAX as u32;
 
 /// Sentences to minibatches, for one worker.
 pub struct BatchFormer {
@@ -61,6 +65,7 @@ pub struct BatchFormer {
 }
 
 impl BatchFormer {
+    /// `window` is at most [`MAX_WINDOW`] (radii travel as one byte).
     pub fn new(
         keep: Arc<[u32]>,
         window: u32,
@@ -71,7 +76,7 @@ impl BatchFormer {
     ) -> Self {
         Self {
             keep,
-            window: window.max(1),
+            window: window.clamp(1, MAX_WINDOW),
             minibatch: minibatch.max(1),
             seed,
             worker,
@@ -111,6 +116,9 @@ impl BatchFormer {
             self.radius.push(self.window - rng.next_u32() % self.window);
         }
         let n = self.kept.len();
+        // The stretch of this sentence the minibatch being filled covers:
+        // its first input position and the reach [lo, hi] of its windows.
+        let mut open: Option<(usize, usize, usize)> = None;
         for j in 0..n {
             let r = self.radius[j] as usize;
             let lo = j.saturating_sub(r);
@@ -141,11 +149,34 @@ impl BatchFormer {
             current
                 .context_counts
                 .push((current.outputs.len() - before) as u32);
+            current.windows.radii.push(r as u8);
+            open = Some(match open {
+                None => (j, lo, hi),
+                Some((first, l, h)) => (first, l.min(lo), h.max(hi)),
+            });
             if current.inputs.len() == self.minibatch {
+                self.close_segment(open.take(), j);
                 self.complete(out);
             }
         }
+        self.close_segment(open, n.saturating_sub(1));
         n
+    }
+
+    /// Adds the stretch of the current sentence from input position `first`
+    /// to `last` (all of them inputs), reaching words [lo, hi], to the
+    /// windows of the minibatch being filled.
+    fn close_segment(&mut self, open: Option<(usize, usize, usize)>, last: usize) {
+        let Some((first, lo, hi)) = open else {
+            return;
+        };
+        let w = &mut self.current.windows;
+        w.tokens.extend_from_slice(&self.kept[lo..=hi]);
+        w.segments.push(Segment {
+            len: (hi - lo + 1) as u32,
+            first: (first - lo) as u32,
+            inputs: (last - first + 1) as u32,
+        });
     }
 
     /// Fixes the learning rate of the filled minibatch and moves it to `out`.
@@ -350,6 +381,45 @@ mod tests {
         // word 3 ends sentence 0: its only context is 2, never 4 of the next sentence.
         assert_eq!(out[0].outputs, [2, 1, 3, 2, 5]);
         assert_eq!(out[1].inputs, [5, 6]);
+    }
+
+    #[test]
+    fn windows_expand_to_the_explicit_pairs_and_travel_compactly() {
+        // Subsampled sentences of 0..30 words, minibatches of 7 inputs (so
+        // they split sentences), window 5.
+        let keep: Vec<u32> = (0..50)
+            .map(|w| if w % 3 == 0 { u32::MAX / 2 } else { u32::MAX })
+            .collect();
+        let mut f = former(keep, 5, 7, 3);
+        let mut out = Vec::new();
+        let mut rng = seeds::rng(5);
+        for s in 0..60 {
+            let len = rng.next_u32() % 30;
+            let ids: Vec<u32> = (0..len).map(|_| rng.next_u32() % 50).collect();
+            f.add_sentence(0, s, &ids, &mut out);
+        }
+        f.flush(&mut out);
+        assert!(out.len() > 20, "{} minibatches", out.len());
+        let (mut tokens, mut inputs) = (0, 0);
+        for mb in &out {
+            let (mut i, mut c, mut o) = (Vec::new(), Vec::new(), Vec::new());
+            mb.windows
+                .expand(&mut i, &mut c, &mut o)
+                .expect("valid windows");
+            assert_eq!((&i, &c, &o), (&mb.inputs, &mb.context_counts, &mb.outputs));
+            let mut back = Minibatch::default();
+            back.decode_from(Some(&mb.to_wire(1))).expect("decodes");
+            assert_eq!(
+                (&back.inputs, &back.context_counts, &back.outputs, back.seed),
+                (&mb.inputs, &mb.context_counts, &mb.outputs, mb.seed)
+            );
+            assert_eq!(back.alpha, mb.alpha);
+            tokens += mb.windows.tokens.len();
+            inputs += mb.inputs.len();
+        }
+        // One id per input, plus the window margins where a minibatch
+        // starts or ends inside a sentence.
+        assert!(tokens < inputs * 2, "{tokens} ids for {inputs} inputs");
     }
 
     #[test]

@@ -12,7 +12,7 @@ use colonnade_common::corpus::InvalidUtf8;
 use colonnade_common::kernels::dot;
 use colonnade_common::sgns::{keep_threshold, neg_log_sigmoid, negative_weight, positive_weight};
 use colonnade_common::vocab::Vocab;
-use colonnade_proto::{Minibatch, MinibatchId, ModelShards};
+use colonnade_proto::{wire_scaled_weight, Minibatch, MinibatchId, ModelShards};
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::path::PathBuf;
@@ -28,8 +28,11 @@ pub struct TrainParams {
     pub sample: f64,
     pub alpha: f32,
     pub iter: u32,
-    /// Minibatch pipelines run at once (threads × minibatches in flight).
+    /// Minibatch pipelines run at once (threads × calls in flight).
     pub concurrency: usize,
+    /// Minibatches each pipeline sends per call (independent minibatches,
+    /// each its own deferred update: only per-call costs are shared).
+    pub minibatches_per_call: usize,
     pub minibatch: usize,
     pub seed: u64,
     pub worker_index: u64,
@@ -73,14 +76,18 @@ impl Progress {
         f32::from_bits(self.alpha_bits.load(Relaxed) as u32)
     }
 
+    /// Counts the bytes of one call.
+    fn record_bytes(&self, sent: u64, received: u64) {
+        self.bytes_sent.fetch_add(sent, Relaxed);
+        self.bytes_received.fetch_add(received, Relaxed);
+    }
+
     /// Counts one trained minibatch, with its loss and pair count if sampled.
-    fn record(&self, mb: &Minibatch, sent: u64, received: u64, loss: Option<(f64, usize)>) {
+    fn record(&self, mb: &Minibatch, loss: Option<(f64, usize)>) {
         self.pairs.fetch_add(mb.pairs() as u64, Relaxed);
         self.alpha_bits
             .store(u64::from(mb.alpha.to_bits()), Relaxed);
         self.minibatches.fetch_add(1, Relaxed);
-        self.bytes_sent.fetch_add(sent, Relaxed);
-        self.bytes_received.fetch_add(received, Relaxed);
         if let Some((loss, n)) = loss {
             if let Ok(mut r) = self.recent.lock() {
                 r.0 += loss;
@@ -337,6 +344,7 @@ pub async fn train<S: ModelShards, C: Checkpointer>(
         let work = pipeline(
             rx.clone(),
             shards.pipeline(),
+            params.minibatches_per_call.max(1),
             Arc::clone(&progress),
             Arc::clone(&gate),
             Arc::clone(&tracker),
@@ -421,6 +429,7 @@ async fn checkpoint_loop<C: Checkpointer>(
 async fn pipeline<S: ModelShards>(
     rx: async_channel::Receiver<Job>,
     mut shards: S,
+    per_call: usize,
     progress: Arc<Progress>,
     gate: Arc<tokio::sync::RwLock<()>>,
     tracker: Arc<Tracker>,
@@ -434,8 +443,8 @@ async fn pipeline<S: ModelShards>(
         progress.tokens.fetch_add(job.tokens, Relaxed);
         progress.words.fetch_add(job.words, Relaxed);
         progress.trained_words.fetch_add(job.trained_words, Relaxed);
-        for mb in &job.minibatches {
-            sgns.step(&mut shards, mb, &progress).await?;
+        for mbs in job.minibatches.chunks(per_call) {
+            sgns.step(&mut shards, mbs, &progress).await?;
         }
         tracker.complete(&job);
     }
@@ -446,7 +455,10 @@ struct Sgns {
     /// Per pair: 1 + negatives dot products (pair-major).
     per_pair: usize,
     dots: Vec<f32>,
-    weights: Vec<f32>,
+    /// The weights ÷ α, as they travel (see [`ModelShards::adjust`]).
+    scaled: Vec<f32>,
+    /// Per minibatch of the call: its sampled loss, if any.
+    losses: Vec<Option<(f64, usize)>>,
     /// Minibatches this pipeline has stepped.
     steps: u64,
 }
@@ -456,43 +468,63 @@ impl Sgns {
         Self {
             per_pair: negative + 1,
             dots: Vec::new(),
-            weights: Vec::new(),
+            scaled: Vec::new(),
+            losses: Vec::new(),
             steps: 0,
         }
     }
 
-    /// dotprod → weights and loss → adjust, for one minibatch.
+    /// dotprod → weights and loss → adjust, for the minibatches of one call.
     async fn step<S: ModelShards>(
         &mut self,
         shards: &mut S,
-        mb: &Minibatch,
+        mbs: &[Minibatch],
         progress: &Progress,
     ) -> anyhow::Result<()> {
         let (sent0, received0) = shards.wire_bytes();
-        shards.dotprod(mb, &mut self.dots).await?;
-        let loss = self.weights(mb)?;
-        shards.adjust(mb, &self.weights).await?;
+        shards.dotprod(mbs, &mut self.dots).await?;
+        let expected: usize = mbs.iter().map(|mb| mb.pairs() * self.per_pair).sum();
+        if self.dots.len() != expected {
+            bail!(
+                "the shards returned {} dot products for {} minibatches of {expected}",
+                self.dots.len(),
+                mbs.len()
+            );
+        }
+        self.scaled.clear();
+        let mut offset = 0;
+        let mut losses = std::mem::take(&mut self.losses);
+        losses.clear();
+        for mb in mbs {
+            let n = mb.pairs() * self.per_pair;
+            losses.push(self.weights(mb, offset..offset + n)?);
+            offset += n;
+        }
+        shards.adjust(mbs, &self.scaled).await?;
         let (sent, received) = shards.wire_bytes();
-        progress.record(mb, sent - sent0, received - received0, loss);
+        progress.record_bytes(sent - sent0, received - received0);
+        for (mb, &loss) in mbs.iter().zip(&losses) {
+            progress.record(mb, loss);
+        }
+        self.losses = losses;
         Ok(())
     }
 
-    /// The weights α(1−σ(F⁺)) and −ασ(F⁻) of the summed dot products, laid
-    /// out as they are. Every [`LOSS_EVERY`]th minibatch of a pipeline also
-    /// returns its loss and pair count, for the progress display: the
-    /// logarithms cost ~4 % of a run's CPU when taken for every pair.
-    /// Fails, naming `mb`, when a dot product is not finite or beyond
-    /// [`DIVERGED_DOT`]: the model has diverged, and training on would only
-    /// spread garbage (or NaN) through it.
-    fn weights(&mut self, mb: &Minibatch) -> anyhow::Result<Option<(f64, usize)>> {
-        let (alpha, per_pair, dots) = (mb.alpha, self.per_pair, &self.dots);
-        if dots.len() != mb.pairs() * per_pair {
-            bail!(
-                "the shards returned {} dot products for {} pairs × {per_pair}",
-                dots.len(),
-                mb.pairs()
-            );
-        }
+    /// Appends the weights ÷ α of minibatch `mb`, whose summed dot products
+    /// are `self.dots[range]`, to `self.scaled`, laid out as the dot
+    /// products: 1 − σ(F⁺) and −σ(F⁻), each rounded to the half float it
+    /// travels as (every path, in process too, applies α × that value).
+    /// Every [`LOSS_EVERY`]th minibatch of a pipeline also returns its loss
+    /// and pair count, for the progress display: the logarithms cost ~4 % of
+    /// a run's CPU when taken for every pair. Fails, naming `mb`, when a dot
+    /// product is not finite or beyond [`DIVERGED_DOT`]: the model has
+    /// diverged, and training on would only spread garbage (or NaN) through it.
+    fn weights(
+        &mut self,
+        mb: &Minibatch,
+        range: std::ops::Range<usize>,
+    ) -> anyhow::Result<Option<(f64, usize)>> {
+        let (alpha, per_pair, dots) = (mb.alpha, self.per_pair, &self.dots[range]);
         // Σ F² (SIMD): NaN or ∞ if any dot product is, and above
         // DIVERGED_DOT² if one is larger than DIVERGED_DOT.
         let energy = dot(dots, dots);
@@ -511,11 +543,14 @@ impl Sgns {
                 mb.origin()
             );
         }
-        self.weights.clear();
         for pair in dots.chunks_exact(per_pair) {
-            self.weights.push(positive_weight(alpha, pair[0]));
-            self.weights
-                .extend(pair[1..].iter().map(|&f| negative_weight(alpha, f)));
+            self.scaled
+                .push(wire_scaled_weight(positive_weight(1.0, pair[0])));
+            self.scaled.extend(
+                pair[1..]
+                    .iter()
+                    .map(|&f| wire_scaled_weight(negative_weight(1.0, f))),
+            );
         }
         let sampled = self.steps % LOSS_EVERY == 0;
         self.steps += 1;

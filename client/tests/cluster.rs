@@ -9,7 +9,7 @@ use colonnade_common::vocab::Vocab;
 use colonnade_exporter::cli::OutputArgs;
 use colonnade_exporter::{discover, export, model_provenance};
 use colonnade_proto::v1::{self, AdjustRequest, DotprodRequest, Minibatch};
-use colonnade_proto::{encode_f32, encode_u32};
+use colonnade_proto::{encode_f16, encode_u32};
 use colonnade_ps_shard::{Matrix, SpawnedShard};
 use common::{assemble, grpc_cluster as cluster, params, run, sample_corpus, vocab_of, DIM};
 use std::sync::Arc;
@@ -82,7 +82,21 @@ fn minibatch(fp: u64, inputs: &[u32], counts: &[u32], outputs: &[u32]) -> Miniba
         inputs: encode_u32(inputs),
         context_counts: encode_u32(counts),
         outputs: encode_u32(outputs),
-        lineage: 0,
+        alpha: 1.0,
+        ..Minibatch::default()
+    }
+}
+
+/// A minibatch in the windows form: `tokens`, (len, first, inputs) triples, radii.
+fn windows(fp: u64, tokens: &[u32], segments: &[u32], radii: &[u8]) -> Minibatch {
+    Minibatch {
+        model_fingerprint: fp,
+        seed: 7,
+        tokens: encode_u32(tokens),
+        segments: encode_u32(segments),
+        radii: radii.to_vec().into(),
+        alpha: 1.0,
+        ..Minibatch::default()
     }
 }
 
@@ -127,13 +141,50 @@ async fn hostile_requests_are_rejected_without_state_change() {
             minibatch(fp, &[0, 1], &[1, 1], &[1, 2]),
             9,
             Code::InvalidArgument,
-            "`weights`",
+            "weights`",
         ),
         (
             minibatch(fp, &[0, 1], &[1, 1], &[1, 2]),
             11,
             Code::InvalidArgument,
-            "`weights`",
+            "weights`",
+        ),
+        // Windows: [0 1] with radius 1 each is the pairs (0,1), (1,0).
+        (
+            windows(fp, &[0, 1], &[2, 0, 2], &[1]),
+            10,
+            Code::InvalidArgument,
+            "`radii`",
+        ),
+        (
+            windows(fp, &[0, 1], &[2, 0, 2], &[1, 0]),
+            10,
+            Code::InvalidArgument,
+            "`radii`",
+        ),
+        (
+            windows(fp, &[0, 1], &[2, 1, 2], &[1, 1]),
+            10,
+            Code::InvalidArgument,
+            "`segments`",
+        ),
+        (
+            windows(fp, &[0, 1, 2], &[2, 0, 2], &[1, 1]),
+            10,
+            Code::InvalidArgument,
+            "`tokens`",
+        ),
+        (
+            windows(fp, &[0, big], &[2, 0, 2], &[1, 1]),
+            10,
+            Code::InvalidArgument,
+            "`inputs`",
+        ),
+        (
+            windows(fp, &[0, 1], &[2, 0, 2, 3], &[1, 1]),
+            10,
+            Code::InvalidArgument,
+            "`segments`",
         ),
         (
             minibatch(fp ^ 1, &[0, 1], &[1, 1], &[1, 2]),
@@ -144,8 +195,8 @@ async fn hostile_requests_are_rejected_without_state_change() {
     ];
     for (batch, nw, code, needle) in cases {
         let req = AdjustRequest {
-            batch: Some(batch.clone()),
-            weights: encode_f32(&vec![0.5; nw]),
+            batches: vec![batch.clone()],
+            scaled_weights: encode_f16(&vec![0.5; nw]),
         };
         let err = client.adjust(req).await.expect_err(needle);
         assert_eq!(err.code(), code, "{needle}: {err:?}");
@@ -156,7 +207,9 @@ async fn hostile_requests_are_rejected_without_state_change() {
         );
         if nw == 10 {
             let err = client
-                .dotprod(DotprodRequest { batch: Some(batch) })
+                .dotprod(DotprodRequest {
+                    batches: vec![batch],
+                })
                 .await
                 .expect_err(needle);
             assert_eq!(err.code(), code);
@@ -166,24 +219,34 @@ async fn hostile_requests_are_rejected_without_state_change() {
     let mut odd = minibatch(fp, &[0], &[1], &[1]);
     odd.outputs = vec![1u8, 2, 3].into();
     let err = client
-        .dotprod(DotprodRequest { batch: Some(odd) })
+        .dotprod(DotprodRequest { batches: vec![odd] })
         .await
         .expect_err("odd length");
     assert_eq!(err.code(), Code::InvalidArgument);
     assert!(err.message().contains("`outputs`"), "{}", err.message());
     let err = client
-        .dotprod(DotprodRequest { batch: None })
+        .dotprod(DotprodRequest { batches: vec![] })
         .await
         .expect_err("no batch");
     assert_eq!(err.code(), Code::InvalidArgument);
     let req = AdjustRequest {
-        batch: Some(minibatch(fp, &[0], &[1], &[1])),
-        weights: encode_f32(&[f32::INFINITY, 0.0, 0.0, 0.0, 0.0]),
+        batches: vec![minibatch(fp, &[0], &[1], &[1])],
+        scaled_weights: encode_f16(&[f32::INFINITY, 0.0, 0.0, 0.0, 0.0]),
     };
     assert_eq!(
         client.adjust(req).await.expect_err("inf").code(),
         Code::InvalidArgument
     );
+    // Two minibatches, the second one bad: neither is applied.
+    let req = AdjustRequest {
+        batches: vec![
+            minibatch(fp, &[0], &[1], &[1]),
+            windows(fp, &[0, 1], &[2, 0, 2], &[1, 0]),
+        ],
+        scaled_weights: encode_f16(&[0.5; 15]),
+    };
+    let err = client.adjust(req).await.expect_err("second batch");
+    assert!(err.message().contains("batch 1"), "{}", err.message());
     let pull = v1::PullRowsRequest {
         model_fingerprint: fp,
         matrix: 1,
@@ -203,8 +266,11 @@ async fn hostile_requests_are_rejected_without_state_change() {
 
     // A valid request does change it (so the comparison above can fail).
     let req = AdjustRequest {
-        batch: Some(minibatch(fp, &[0], &[1], &[1])),
-        weights: encode_f32(&[0.5, -0.5, -0.5, -0.5, -0.5]),
+        batches: vec![
+            minibatch(fp, &[0], &[1], &[1]),
+            windows(fp, &[0, 1], &[2, 0, 2], &[1, 1]),
+        ],
+        scaled_weights: encode_f16(&[0.5, -0.5, -0.5, -0.5, -0.5].repeat(3)),
     };
     client.adjust(req).await.expect("valid adjust");
     let changed = assemble(&[Arc::clone(&spawned[0].core)], fp, Matrix::Output, v);

@@ -61,7 +61,30 @@ async fn one_pipeline_gives_bit_identical_models() {
             grpc[0] == grpc[1],
             "{shards} shard(s) over gRPC: two runs differ"
         );
+        assert!(
+            grpc[0] == model_bits(&a, fp, v),
+            "{shards} shard(s): over gRPC (windows on the wire, half-float weights) and in \
+             process differ"
+        );
     }
+    // Several minibatches per call: the same model over gRPC and in process,
+    // and another one than with one minibatch per call.
+    let mut several = p.clone();
+    several.minibatches_per_call = 3;
+    let (fp, a, _) = run_in_process(2, &vocab, &corpus, &several).await;
+    let (spawned, clients) = grpc_cluster(2).await;
+    let (_, _) = run(clients, &vocab, &corpus, &several).await;
+    let cores: Vec<_> = spawned.iter().map(|s| Arc::clone(&s.core)).collect();
+    let over_grpc = model_bits(&cores, fp, v);
+    for s in spawned {
+        s.stop().await;
+    }
+    assert!(
+        over_grpc == model_bits(&a, fp, v),
+        "3 per call: over gRPC and in process differ"
+    );
+    let (_, one_per_call, _) = run_in_process(2, &vocab, &corpus, &p).await;
+    assert!(model_bits(&one_per_call, fp, v) != over_grpc);
     // The comparison can fail: another run seed gives another model.
     let (fp, a, _) = run_in_process(1, &vocab, &corpus, &p).await;
     let mut q = p.clone();
@@ -93,20 +116,22 @@ impl ModelShards for Recording {
         self.inner.negative()
     }
 
-    async fn dotprod(&mut self, mb: &Minibatch, dots: &mut Vec<f32>) -> Result<(), CallError> {
-        self.log.lock().expect("log").push((
-            mb.id,
-            mb.seed,
-            mb.alpha.to_bits(),
-            mb.inputs.clone(),
-            mb.context_counts.clone(),
-            mb.outputs.clone(),
-        ));
-        self.inner.dotprod(mb, dots).await
+    async fn dotprod(&mut self, mbs: &[Minibatch], dots: &mut Vec<f32>) -> Result<(), CallError> {
+        self.log.lock().expect("log").extend(mbs.iter().map(|mb| {
+            (
+                mb.id,
+                mb.seed,
+                mb.alpha.to_bits(),
+                mb.inputs.clone(),
+                mb.context_counts.clone(),
+                mb.outputs.clone(),
+            )
+        }));
+        self.inner.dotprod(mbs, dots).await
     }
 
-    async fn adjust(&mut self, mb: &Minibatch, weights: &[f32]) -> Result<(), CallError> {
-        self.inner.adjust(mb, weights).await
+    async fn adjust(&mut self, mbs: &[Minibatch], scaled: &[f32]) -> Result<(), CallError> {
+        self.inner.adjust(mbs, scaled).await
     }
 
     fn wire_bytes(&self) -> (u64, u64) {

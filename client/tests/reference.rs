@@ -12,6 +12,9 @@
 //! service, 3 shards over gRPC, and 2 shards called in process (what
 //! `--embedded-shards` trains with).
 //!
+//! Weights travel as half floats of G ÷ α (API 4); the reference rounds its
+//! own f64 weights the same way.
+//!
 //! The row step cap (a row in more than `cap` dot products of one minibatch,
 //! cap = max(ROW_STEP_CAP, the widest input position's dot products), has
 //! its summed update scaled by `cap / k`) is a design rule both sides share;
@@ -195,7 +198,10 @@ fn sgd_step(
                 let f: f64 = (0..d)
                     .map(|c| f64::from(u[w_in * d + c]) * f64::from(v[x * d + c]))
                     .sum();
-                let g = (f64::from(alpha) * (label - sigmoid(f))) as f32;
+                // The weight travels as a half float of G ÷ α (a wire rule
+                // both sides share, like the step cap).
+                let scaled = half::f16::from_f64(label - sigmoid(f)).to_f32();
+                let g = alpha * scaled;
                 for c in 0..d {
                     du[w_in * d + c] += g * v[x * d + c];
                     dv[x * d + c] += g * u[w_in * d + c];

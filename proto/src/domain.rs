@@ -9,6 +9,10 @@ use colonnade_common::model::ModelSpec;
 /// Largest number of negatives per pair a shard accepts.
 pub const MAX_NEGATIVE: u32 = 1024;
 
+/// Largest number of (input, context) pairs one minibatch of the windows
+/// form may expand to (a 256-input minibatch with window 5 has ~1,500).
+pub const MAX_WINDOW_PAIRS: u64 = 1 << 22;
+
 /// Errors a shard reports; each variant is one gRPC code.
 #[derive(Clone, Debug, thiserror::Error, PartialEq)]
 pub enum ShardError {
@@ -212,10 +216,137 @@ impl std::fmt::Display for MinibatchId {
     }
 }
 
+/// One stretch of a sentence's kept words in a minibatch's [`Windows`]: its
+/// length, the offset of its first input position and how many consecutive
+/// input positions it has.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Segment {
+    pub len: u32,
+    pub first: u32,
+    pub inputs: u32,
+}
+
+/// A minibatch as sentence windows, the form it travels in: the kept words of
+/// each sentence stretch it covers (its inputs and their contexts), and per
+/// input position its window radius. The shard expands it into (input,
+/// context) pairs exactly as the client formed them: the contexts of the
+/// input at offset j of a segment are the segment's words at offsets k ≠ j
+/// with |k − j| ≤ r, ascending; an input with none is skipped. One id and
+/// one byte per trained word cross the wire instead of 2 + w ids.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Windows {
+    pub tokens: Vec<u32>,
+    pub segments: Vec<Segment>,
+    pub radii: Vec<u8>,
+}
+
+impl Windows {
+    /// True when there are no input positions (the minibatch travels as
+    /// explicit pairs).
+    pub fn is_empty(&self) -> bool {
+        self.radii.is_empty()
+    }
+
+    pub fn clear(&mut self) {
+        self.tokens.clear();
+        self.segments.clear();
+        self.radii.clear();
+    }
+
+    /// The context range [lo, hi] of the input at offset `j` of a segment of
+    /// `len` words with radius `r`.
+    #[inline]
+    fn reach(j: usize, r: u8, len: usize) -> (usize, usize) {
+        (
+            j.saturating_sub(usize::from(r)),
+            (j + usize::from(r)).min(len - 1),
+        )
+    }
+
+    /// Checks the segments against the tokens and radii, naming the field.
+    fn check(&self) -> Result<u64, ShardError> {
+        let (mut tokens, mut inputs, mut pairs) = (0u64, 0u64, 0u64);
+        for (i, seg) in self.segments.iter().enumerate() {
+            if u64::from(seg.first) + u64::from(seg.inputs) > u64::from(seg.len) {
+                return Err(invalid(format!(
+                    "field `segments`: segment {i} has inputs [{}, {}) beyond its {} words",
+                    seg.first,
+                    u64::from(seg.first) + u64::from(seg.inputs),
+                    seg.len
+                )));
+            }
+            let start = inputs as usize;
+            inputs += u64::from(seg.inputs);
+            if inputs > self.radii.len() as u64 {
+                break; // reported below
+            }
+            for (j, &r) in (seg.first as usize..).zip(&self.radii[start..inputs as usize]) {
+                let (lo, hi) = Self::reach(j, r, seg.len as usize);
+                pairs += (hi - lo) as u64;
+            }
+            tokens += u64::from(seg.len);
+        }
+        if inputs != self.radii.len() as u64 {
+            return Err(invalid(format!(
+                "field `radii`: {} radii but the segments have {inputs} inputs",
+                self.radii.len()
+            )));
+        }
+        if tokens != self.tokens.len() as u64 {
+            return Err(invalid(format!(
+                "field `tokens`: {} tokens but the segments' lengths sum to {tokens}",
+                self.tokens.len()
+            )));
+        }
+        if let Some(i) = self.radii.iter().position(|&r| r == 0) {
+            return Err(invalid(format!("field `radii`: radius {i} is 0")));
+        }
+        if pairs > MAX_WINDOW_PAIRS {
+            return Err(ShardError::ResourceExhausted(format!(
+                "fields `segments`/`radii`: the windows expand to {pairs} pairs, more than \
+                 {MAX_WINDOW_PAIRS} per minibatch"
+            )));
+        }
+        Ok(pairs)
+    }
+
+    /// Expands the windows into explicit pairs (`inputs`, `context_counts`,
+    /// `outputs`, cleared first), after checking them.
+    pub fn expand(
+        &self,
+        inputs: &mut Vec<u32>,
+        context_counts: &mut Vec<u32>,
+        outputs: &mut Vec<u32>,
+    ) -> Result<(), ShardError> {
+        let pairs = self.check()?;
+        inputs.clear();
+        context_counts.clear();
+        outputs.clear();
+        outputs.reserve(pairs as usize);
+        let (mut offset, mut radii) = (0usize, self.radii.iter());
+        for seg in &self.segments {
+            let words = &self.tokens[offset..offset + seg.len as usize];
+            offset += seg.len as usize;
+            for (j, &r) in (seg.first as usize..).zip(radii.by_ref().take(seg.inputs as usize)) {
+                let (lo, hi) = Self::reach(j, r, words.len());
+                if lo == hi {
+                    continue;
+                }
+                outputs.extend_from_slice(&words[lo..j]);
+                outputs.extend_from_slice(&words[j + 1..=hi]);
+                inputs.push(words[j]);
+                context_counts.push((hi - lo) as u32);
+            }
+        }
+        Ok(())
+    }
+}
+
 /// One minibatch (paper eq. (3) and Fig. 7): input positions, each with its
 /// context words, and the seed of its negative samples; plus what the client
-/// fixed when forming it (identity, learning rate, where it starts). Only the
-/// seed and the word arrays cross the wire.
+/// fixed when forming it (identity, learning rate, where it starts). The
+/// seed, the learning rate and the words cross the wire: as [`Windows`] when
+/// the minibatch has them (what the client forms), else as explicit pairs.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Minibatch {
     pub id: MinibatchId,
@@ -230,6 +361,8 @@ pub struct Minibatch {
     pub context_counts: Vec<u32>,
     /// The context words of all input positions, concatenated in input order.
     pub outputs: Vec<u32>,
+    /// The same pairs as sentence windows (empty: they travel explicitly).
+    pub windows: Windows,
     /// The sentence (index in its epoch, among all workers' sentences) and
     /// the kept position in it of the first input.
     pub sentence: u64,
@@ -253,32 +386,86 @@ impl Minibatch {
         )
     }
 
-    /// The wire form of this minibatch for model `fingerprint`.
+    /// The wire form of this minibatch for model `fingerprint`: its windows
+    /// if it has them, else its explicit pairs.
     pub fn to_wire(&self, fingerprint: u64) -> v1::Minibatch {
-        v1::Minibatch {
+        let mut wire = v1::Minibatch {
             model_fingerprint: fingerprint,
             seed: self.seed,
-            inputs: encode_u32(&self.inputs),
-            context_counts: encode_u32(&self.context_counts),
-            outputs: encode_u32(&self.outputs),
-            lineage: 0,
+            alpha: self.alpha,
+            ..v1::Minibatch::default()
+        };
+        if self.windows.is_empty() {
+            wire.inputs = encode_u32(&self.inputs);
+            wire.context_counts = encode_u32(&self.context_counts);
+            wire.outputs = encode_u32(&self.outputs);
+        } else {
+            let w = &self.windows;
+            wire.tokens = encode_u32(&w.tokens);
+            let segments: Vec<u32> = w
+                .segments
+                .iter()
+                .flat_map(|s| [s.len, s.first, s.inputs])
+                .collect();
+            wire.segments = encode_u32(&segments);
+            wire.radii = bytes::Bytes::copy_from_slice(&w.radii);
         }
+        wire
     }
 
-    /// Decodes a wire minibatch into `self`, reusing its arrays; returns the
-    /// model fingerprint and the lineage it names. Identity and learning rate
-    /// do not travel: they are left at their defaults.
+    /// Decodes a wire minibatch into `self`, reusing its arrays (windows are
+    /// checked and expanded into explicit pairs); returns the model
+    /// fingerprint and the lineage it names. Identity and position do not
+    /// travel: they are left at their defaults.
     pub fn decode_from(&mut self, wire: Option<&v1::Minibatch>) -> Result<(u64, u64), ShardError> {
         let b = wire.ok_or_else(|| invalid("field `batch` is missing"))?;
-        decode_u32_into("inputs", &b.inputs, &mut self.inputs)?;
-        decode_u32_into(
-            "context_counts",
-            &b.context_counts,
-            &mut self.context_counts,
-        )?;
-        decode_u32_into("outputs", &b.outputs, &mut self.outputs)?;
+        if b.radii.is_empty() {
+            self.windows.clear();
+            decode_u32_into("inputs", &b.inputs, &mut self.inputs)?;
+            decode_u32_into(
+                "context_counts",
+                &b.context_counts,
+                &mut self.context_counts,
+            )?;
+            decode_u32_into("outputs", &b.outputs, &mut self.outputs)?;
+        } else {
+            if !(b.inputs.is_empty() && b.context_counts.is_empty() && b.outputs.is_empty()) {
+                return Err(invalid(
+                    "fields `radii` and `inputs`/`context_counts`/`outputs`: a minibatch is \
+                     either windows or explicit pairs, not both",
+                ));
+            }
+            let w = &mut self.windows;
+            decode_u32_into("tokens", &b.tokens, &mut w.tokens)?;
+            // The segments' u32 triples, decoded through `inputs` (scratch).
+            decode_u32_into("segments", &b.segments, &mut self.inputs)?;
+            if self.inputs.len() % 3 != 0 {
+                return Err(invalid(format!(
+                    "field `segments`: {} values is not a whole number of (len, first, inputs) triples",
+                    self.inputs.len()
+                )));
+            }
+            w.segments.clear();
+            w.segments
+                .extend(self.inputs.chunks_exact(3).map(|t| Segment {
+                    len: t[0],
+                    first: t[1],
+                    inputs: t[2],
+                }));
+            w.radii.clear();
+            w.radii.extend_from_slice(&b.radii);
+            w.expand(
+                &mut self.inputs,
+                &mut self.context_counts,
+                &mut self.outputs,
+            )?;
+        }
+        if !b.alpha.is_finite() {
+            return Err(invalid(format!("field `alpha`: {} is not finite", b.alpha)));
+        }
         self.seed = b.seed;
-        (self.id, self.alpha, self.sentence, self.position) = (MinibatchId::default(), 0.0, 0, 0);
+        self.alpha = b.alpha;
+        (self.id, self.sentence, self.position) = (MinibatchId::default(), 0, 0);
         Ok((b.model_fingerprint, b.lineage))
     }
 
@@ -331,6 +518,7 @@ mod tests {
             inputs: vec![1, 2],
             context_counts: vec![2, 1],
             outputs: vec![2, 3, 1],
+            windows: Windows::default(),
             sentence: 7,
             position: 4,
         };
@@ -345,6 +533,45 @@ mod tests {
             .validate(3)
             .is_err_and(|e| e.to_string().contains("`outputs`")));
         assert!(back.decode_from(None).is_err());
+    }
+
+    #[test]
+    fn windows_expand_within_their_segments() {
+        // Segment 1: words [10 11 12 13], inputs at offsets 1, 2 (radii 1, 5);
+        // segment 2: [20 21], input at offset 0 (radius 2).
+        let w = Windows {
+            tokens: vec![10, 11, 12, 13, 20, 21],
+            segments: vec![
+                Segment {
+                    len: 4,
+                    first: 1,
+                    inputs: 2,
+                },
+                Segment {
+                    len: 2,
+                    first: 0,
+                    inputs: 1,
+                },
+            ],
+            radii: vec![1, 5, 2],
+        };
+        let (mut i, mut c, mut o) = (Vec::new(), Vec::new(), Vec::new());
+        w.expand(&mut i, &mut c, &mut o).expect("valid");
+        assert_eq!(i, [11, 12, 20]);
+        assert_eq!(c, [2, 3, 1]);
+        assert_eq!(o, [10, 12, 10, 11, 13, 21], "windows never cross segments");
+        let mut huge = w.clone();
+        huge.tokens = vec![1; 40_000];
+        huge.segments = vec![Segment {
+            len: 40_000,
+            first: 0,
+            inputs: 40_000,
+        }];
+        huge.radii = vec![255; 40_000];
+        assert!(matches!(
+            huge.expand(&mut i, &mut c, &mut o),
+            Err(ShardError::ResourceExhausted(_))
+        ));
     }
 
     #[test]

@@ -23,13 +23,16 @@ pub mod v1 {
 pub mod domain;
 pub mod shards;
 
-pub use domain::{Matrix, Minibatch, MinibatchId, ShardError, ShardSpec, MAX_NEGATIVE};
+pub use domain::{
+    Matrix, Minibatch, MinibatchId, Segment, ShardError, ShardSpec, Windows, MAX_NEGATIVE,
+};
 pub use shards::{CallError, ModelShards};
 
 /// Version of the shard API carried in `StatusResponse.api_version`. 2:
 /// dot products and weights travel as one pair-major array. 3: lineages,
-/// checkpoints and restore.
-pub const API_VERSION: u32 = 3;
+/// checkpoints and restore. 4: several minibatches per call, minibatches as
+/// sentence windows, weights as half floats scaled by 1/α.
+pub const API_VERSION: u32 = 4;
 
 /// Largest gRPC message either side accepts or sends (default tonic limit is 4 MiB).
 pub const MAX_MESSAGE_BYTES: usize = 512 * 1024 * 1024;
@@ -136,6 +139,50 @@ le_codec!(encode_u32, decode_u32, decode_u32_into, u32, 4, "u32");
 le_codec!(encode_u64, decode_u64, decode_u64_into, u64, 8, "u64");
 le_codec!(encode_f32, decode_f32, decode_f32_into, f32, 4, "f32");
 
+/// A weight divided by its minibatch's α, as it travels (see
+/// `AdjustRequest.scaled_weights`): the nearest IEEE half float, widened.
+/// Clients compute their weights as α × this value for every path (in
+/// process too), so that a model trains bit for bit the same whether its
+/// shards are in this process or behind the wire.
+#[inline]
+pub fn wire_scaled_weight(x: f32) -> f32 {
+    half::f16::from_f32(x).to_f32()
+}
+
+/// Packs scaled weights (each already [`wire_scaled_weight`]-exact) as
+/// little-endian half floats.
+pub fn encode_f16(values: &[f32]) -> bytes::Bytes {
+    let mut out = Vec::with_capacity(values.len() * 2);
+    for &v in values {
+        out.extend_from_slice(&half::f16::from_f32(v).to_le_bytes());
+    }
+    out.into()
+}
+
+/// Unpacks little-endian half floats into `out` (cleared first) as
+/// `alpha × value`, naming `field` if the length is odd.
+pub fn decode_f16_scaled_into(
+    field: &'static str,
+    raw: &[u8],
+    alpha: f32,
+    out: &mut Vec<f32>,
+) -> Result<(), WireLengthError> {
+    if raw.len() % 2 != 0 {
+        return Err(WireLengthError {
+            field,
+            len: raw.len(),
+            elem: 2,
+            kind: "f16",
+        });
+    }
+    out.clear();
+    out.extend(
+        raw.chunks_exact(2)
+            .map(|c| alpha * half::f16::from_le_bytes([c[0], c[1]]).to_f32()),
+    );
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -153,5 +200,20 @@ mod tests {
         );
         let err = decode_u32("inputs", &[1, 2, 3]).expect_err("3 bytes is not a u32 array");
         assert!(err.to_string().contains("`inputs`"), "{err}");
+    }
+
+    #[test]
+    fn half_weights_roundtrip_exactly_once_rounded() {
+        let scaled: Vec<f32> = [0.999, -0.5, -1e-6, 0.0, 0.3333, -0.99997]
+            .iter()
+            .map(|&x| wire_scaled_weight(x))
+            .collect();
+        let mut back = Vec::new();
+        decode_f16_scaled_into("w", &encode_f16(&scaled), 0.025, &mut back).expect("decodes");
+        let want: Vec<f32> = scaled.iter().map(|&x| 0.025 * x).collect();
+        assert_eq!(back, want, "α × the rounded value, bit for bit");
+        assert!((scaled[4] - 0.3333).abs() < 2e-4, "11 significant bits");
+        assert!(decode_f16_scaled_into("w", &[1, 2, 3], 1.0, &mut back)
+            .is_err_and(|e| e.to_string().contains("`w`")));
     }
 }

@@ -68,11 +68,14 @@ impl CallError {
 /// The shards of one model, as one training pipeline calls them: a value
 /// shares the shards and owns that pipeline's buffers, so calls take
 /// `&mut self`; [`ModelShards::pipeline`] makes one more. A `dotprod` is
-/// followed by the `adjust` of the same minibatch on the same value; an
+/// followed by the `adjust` of the same minibatches on the same value; an
 /// implementation that caches the targets it drew pairs the two there.
 ///
-/// Dot products and weights are pair-major: per (input, output) pair of
-/// the minibatch in order, its positive, then its `negative` samples.
+/// A call carries one or several independent minibatches (each its own
+/// deferred update, applied in order): per-call costs are paid once for
+/// all of them. Dot products and weights are pair-major and concatenated
+/// in minibatch order: per (input, output) pair, its positive, then its
+/// `negative` samples.
 pub trait ModelShards: Send + 'static {
     /// Whether calls compute on the calling thread (shards in this process):
     /// such pipelines run on blocking threads, off the async reactor.
@@ -86,19 +89,22 @@ pub trait ModelShards: Send + 'static {
     /// Negatives per pair of this model.
     fn negative(&self) -> usize;
 
-    /// Σ over shards, in shard order, of the partial dot products of `mb`,
-    /// into `dots` (pairs × (1 + negative) values).
+    /// Σ over shards, in shard order, of the partial dot products of `mbs`,
+    /// into `dots` (Σ pairs × (1 + negative) values).
     fn dotprod(
         &mut self,
-        mb: &Minibatch,
+        mbs: &[Minibatch],
         dots: &mut Vec<f32>,
     ) -> impl Future<Output = Result<(), CallError>> + Send;
 
-    /// Applies `weights` (laid out as the dot products) on every shard.
+    /// Applies the weights G = α × `scaled` (laid out as the dot products,
+    /// α of each value's minibatch) on every shard. `scaled` holds G ÷ α,
+    /// each value exact in half precision ([`crate::wire_scaled_weight`]):
+    /// that is how weights travel, so every path applies the same G.
     fn adjust(
         &mut self,
-        mb: &Minibatch,
-        weights: &[f32],
+        mbs: &[Minibatch],
+        scaled: &[f32],
     ) -> impl Future<Output = Result<(), CallError>> + Send;
 
     /// Bytes this handle has sent and received on the wire (0 in process).

@@ -14,9 +14,12 @@ use std::sync::Arc;
 /// One pipeline's handle on the in-process shards of a model, in shard order.
 pub struct InProcessShards {
     models: Arc<[Arc<Model>]>,
-    targets: Targets,
+    /// Per minibatch of the last `dotprod`: its targets, for its `adjust`.
+    targets: Vec<Targets>,
     scratch: Scratch,
     part: Vec<f32>,
+    /// One minibatch's weights α × scaled.
+    weights: Vec<f32>,
 }
 
 impl InProcessShards {
@@ -42,9 +45,10 @@ impl InProcessShards {
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Self {
             models: models.into(),
-            targets: Targets::default(),
+            targets: Vec::new(),
             scratch: Scratch::default(),
             part: Vec::new(),
+            weights: Vec::new(),
         })
     }
 
@@ -63,9 +67,10 @@ impl ModelShards for InProcessShards {
     fn pipeline(&self) -> Self {
         Self {
             models: Arc::clone(&self.models),
-            targets: Targets::default(),
+            targets: Vec::new(),
             scratch: Scratch::default(),
             part: Vec::new(),
+            weights: Vec::new(),
         }
     }
 
@@ -73,27 +78,56 @@ impl ModelShards for InProcessShards {
         self.models[0].spec.model.negative as usize
     }
 
-    async fn dotprod(&mut self, mb: &Minibatch, dots: &mut Vec<f32>) -> Result<(), CallError> {
-        self.models[0]
-            .draw_targets(mb, &mut self.targets)
-            .map_err(|e| self.failed(0, "dotprod", e))?;
-        for (i, m) in self.models.iter().enumerate() {
-            let out = if i == 0 { &mut *dots } else { &mut self.part };
-            m.dotprod(mb, &self.targets, &mut self.scratch, out)
-                .map_err(|e| CallError::from_shard(&name(i), i, self.models.len(), "dotprod", e))?;
-            if i > 0 {
-                for (acc, x) in dots.iter_mut().zip(&self.part) {
-                    *acc += x;
+    async fn dotprod(&mut self, mbs: &[Minibatch], dots: &mut Vec<f32>) -> Result<(), CallError> {
+        self.targets.resize_with(mbs.len(), Targets::default);
+        dots.clear();
+        for (mb, targets) in mbs.iter().zip(&mut self.targets) {
+            self.models[0]
+                .draw_targets(mb, targets)
+                .map_err(|e| CallError::from_shard(&name(0), 0, self.models.len(), "dotprod", e))?;
+            let start = dots.len();
+            for (i, m) in self.models.iter().enumerate() {
+                m.dotprod(mb, targets, &mut self.scratch, &mut self.part)
+                    .map_err(|e| {
+                        CallError::from_shard(&name(i), i, self.models.len(), "dotprod", e)
+                    })?;
+                if i == 0 {
+                    dots.extend_from_slice(&self.part);
+                } else {
+                    for (acc, x) in dots[start..].iter_mut().zip(&self.part) {
+                        *acc += x;
+                    }
                 }
             }
         }
         Ok(())
     }
 
-    async fn adjust(&mut self, mb: &Minibatch, weights: &[f32]) -> Result<(), CallError> {
-        for (i, m) in self.models.iter().enumerate() {
-            m.adjust(mb, &self.targets, weights, &mut self.scratch)
-                .map_err(|e| CallError::from_shard(&name(i), i, self.models.len(), "adjust", e))?;
+    async fn adjust(&mut self, mbs: &[Minibatch], scaled: &[f32]) -> Result<(), CallError> {
+        let planned: usize = self.targets.iter().map(Targets::len).sum();
+        if mbs.len() != self.targets.len() || scaled.len() != planned {
+            let e = ShardError::InvalidArgument(format!(
+                "adjust of {} minibatches with {} weights follows a dotprod of {} minibatches \
+                 with {planned} dot products",
+                mbs.len(),
+                scaled.len(),
+                self.targets.len()
+            ));
+            return Err(self.failed(0, "adjust", e));
+        }
+        let mut offset = 0;
+        for (mb, targets) in mbs.iter().zip(&self.targets) {
+            let n = targets.len();
+            let part = &scaled[offset..offset + n];
+            offset += n;
+            self.weights.clear();
+            self.weights.extend(part.iter().map(|&g| mb.alpha * g));
+            for (i, m) in self.models.iter().enumerate() {
+                m.adjust(mb, targets, &self.weights, &mut self.scratch)
+                    .map_err(|e| {
+                        CallError::from_shard(&name(i), i, self.models.len(), "adjust", e)
+                    })?;
+            }
         }
         Ok(())
     }

@@ -15,7 +15,7 @@ use colonnade_proto::v1::{
     DropModelResponse, ModelStatus, PullRowsRequest, RestoreRequest, RestoreResponse, RowBlock,
     StatusRequest, StatusResponse,
 };
-use colonnade_proto::{decode_f32_into, decode_u64, encode_f32};
+use colonnade_proto::{decode_f16_scaled_into, decode_u64, encode_f32};
 use colonnade_proto::{Matrix, Minibatch, ShardError, ShardSpec};
 use dashmap::DashMap;
 use futures::Stream;
@@ -40,6 +40,8 @@ const TARGET_CACHE_ENTRIES: usize = 512;
 #[derive(Default)]
 pub struct TargetCache {
     entries: DashMap<(u64, u64), Targets>,
+    /// Targets whose adjust is done, to draw into again (any thread).
+    free: parking_lot::Mutex<Vec<Targets>>,
 }
 
 impl TargetCache {
@@ -50,39 +52,59 @@ impl TargetCache {
         self.entries.insert((fingerprint, seed), targets);
     }
 
+    /// Targets to draw into: recycled ones when there are.
+    fn fresh(&self) -> Targets {
+        self.free.lock().pop().unwrap_or_default()
+    }
+
+    /// Returns targets whose minibatch is done.
+    fn recycle(&self, t: Targets) {
+        let mut free = self.free.lock();
+        if free.len() < TARGET_CACHE_ENTRIES {
+            free.push(t);
+        }
+    }
+
     /// The targets of `mb` on `model`: the cached ones if they fit it, else
-    /// drawn again into `spare`.
-    fn take(
-        &self,
-        model: &Model,
-        mb: &Minibatch,
-        spare: &mut Targets,
-    ) -> Result<Targets, ShardError> {
+    /// drawn again.
+    fn take(&self, model: &Model, mb: &Minibatch) -> Result<Targets, ShardError> {
         if let Some((_, cached)) = self.entries.remove(&(model.fingerprint, mb.seed)) {
             if model.targets_fit(mb, &cached) {
                 return Ok(cached);
             }
+            self.recycle(cached);
         }
-        let mut t = std::mem::take(spare);
+        let mut t = self.fresh();
         model.draw_targets(mb, &mut t)?;
         Ok(t)
     }
 }
 
-/// Per-thread buffers: the decoded request and the model's scratch.
+/// Per-thread buffers: the decoded request and the model's scratch, reused
+/// from call to call so that steady-state requests allocate nothing beyond
+/// their own message buffers (paper 6.1.3).
 #[derive(Default)]
 struct ThreadBufs {
-    batch: Minibatch,
+    /// The call's minibatches (the first `n` are this call's) and their models.
+    batches: Vec<Minibatch>,
+    models: Vec<Arc<Model>>,
+    /// Scaled weights of the whole call, then one minibatch's weights.
+    scaled: Vec<f32>,
     weights: Vec<f32>,
+    /// Dot products of the whole call, and of one minibatch.
     dots: Vec<f32>,
+    part: Vec<f32>,
     scratch: Scratch,
-    /// Targets to draw into next (returned by the last `adjust`).
-    spare: Targets,
+    /// The targets of the minibatches of the current `adjust`.
+    taken: Vec<Targets>,
 }
 
 thread_local! {
     static BUFS: RefCell<ThreadBufs> = RefCell::new(ThreadBufs::default());
 }
+
+/// Most minibatches one training call may carry.
+pub const MAX_BATCHES_PER_CALL: usize = 256;
 
 pub struct ShardService {
     core: Arc<ShardCore>,
@@ -117,20 +139,47 @@ impl ShardService {
             .map_err(Status::from)
     }
 
-    /// Runs a training call on a blocking thread: decodes its minibatch into
-    /// the thread's buffers, finds its model, then runs `f`.
+    /// Runs a training call on a blocking thread: decodes its minibatches
+    /// into the thread's buffers and finds their models (checking their
+    /// lineages), then runs `f` with the number of minibatches.
     async fn training_call<T: Send + 'static>(
         &self,
-        batch: Option<v1::Minibatch>,
-        f: impl FnOnce(&Model, &mut ThreadBufs, &TargetCache) -> Result<T, ShardError> + Send + 'static,
+        batches: Vec<v1::Minibatch>,
+        f: impl FnOnce(&mut ThreadBufs, usize, &TargetCache) -> Result<T, ShardError> + Send + 'static,
     ) -> Result<T, Status> {
+        if batches.is_empty() {
+            return Err(Status::invalid_argument("field `batches` is empty"));
+        }
+        if batches.len() > MAX_BATCHES_PER_CALL {
+            return Err(Status::invalid_argument(format!(
+                "field `batches`: {} minibatches, at most {MAX_BATCHES_PER_CALL} per call",
+                batches.len()
+            )));
+        }
         let core = Arc::clone(&self.core);
         let targets = Arc::clone(&self.targets);
         self.blocking(move |bufs| {
-            let (fingerprint, lineage) = bufs.batch.decode_from(batch.as_ref())?;
-            let model = core.model(fingerprint)?;
-            model.check_lineage(lineage)?;
-            f(&model, bufs, &targets)
+            let n = batches.len();
+            if bufs.batches.len() < n {
+                bufs.batches.resize_with(n, Minibatch::default);
+            }
+            bufs.models.clear();
+            for (i, (wire, batch)) in batches.iter().zip(&mut bufs.batches).enumerate() {
+                let in_batch = |e: ShardError| match e {
+                    ShardError::InvalidArgument(m) if n > 1 => {
+                        ShardError::InvalidArgument(format!("batch {i}: {m}"))
+                    }
+                    e => e,
+                };
+                let (fingerprint, lineage) = batch.decode_from(Some(wire)).map_err(in_batch)?;
+                let model = match bufs.models.last() {
+                    Some(m) if m.fingerprint == fingerprint => Arc::clone(m),
+                    _ => core.model(fingerprint)?,
+                };
+                model.check_lineage(lineage)?;
+                bufs.models.push(model);
+            }
+            f(bufs, n, &targets)
         })
         .await
     }
@@ -200,11 +249,16 @@ impl Shard for ShardService {
     ) -> Result<Response<DotprodResponse>, Status> {
         let req = request.into_inner();
         let dots = self
-            .training_call(req.batch, |model, b, cache| {
-                let mut t = std::mem::take(&mut b.spare);
-                model.draw_targets(&b.batch, &mut t)?;
-                model.dotprod(&b.batch, &t, &mut b.scratch, &mut b.dots)?;
-                cache.put(model.fingerprint, b.batch.seed, t);
+            .training_call(req.batches, |b, n, cache| {
+                b.dots.clear();
+                for i in 0..n {
+                    let (model, mb) = (&b.models[i], &b.batches[i]);
+                    let mut t = cache.fresh();
+                    model.draw_targets(mb, &mut t)?;
+                    model.dotprod(mb, &t, &mut b.scratch, &mut b.part)?;
+                    b.dots.extend_from_slice(&b.part);
+                    cache.put(model.fingerprint, mb.seed, t);
+                }
                 Ok(encode_f32(&b.dots))
             })
             .await?;
@@ -216,13 +270,47 @@ impl Shard for ShardService {
         request: Request<AdjustRequest>,
     ) -> Result<Response<AdjustResponse>, Status> {
         let req = request.into_inner();
-        let fingerprint = req.batch.as_ref().map_or(0, |b| b.model_fingerprint);
-        self.training_call(req.batch, move |model, b, cache| {
-            decode_f32_into("weights", &req.weights, &mut b.weights)?;
-            let t = cache.take(model, &b.batch, &mut b.spare)?;
-            let applied = model.adjust(&b.batch, &t, &b.weights, &mut b.scratch);
-            b.spare = t;
-            applied
+        let fingerprint = req.batches.first().map_or(0, |b| b.model_fingerprint);
+        let raw = req.scaled_weights;
+        self.training_call(req.batches, move |b, n, cache| {
+            // Everything is checked before any row changes: the targets of
+            // every minibatch, the weights' number and values.
+            decode_f16_scaled_into("scaled_weights", &raw, 1.0, &mut b.scaled)?;
+            for t in b.taken.drain(..) {
+                cache.recycle(t);
+            }
+            let mut planned = 0;
+            for i in 0..n {
+                let t = cache.take(&b.models[i], &b.batches[i])?;
+                planned += t.len();
+                b.taken.push(t);
+            }
+            if b.scaled.len() != planned {
+                return Err(ShardError::InvalidArgument(format!(
+                    "field `scaled_weights`: {} weights for {planned} dot products (pairs × (1 + \
+                     negative) over {n} minibatches)",
+                    b.scaled.len()
+                )));
+            }
+            if let Some(i) = b.scaled.iter().position(|x| !x.is_finite()) {
+                return Err(ShardError::InvalidArgument(format!(
+                    "field `scaled_weights`: weight {i} is not finite ({})",
+                    b.scaled[i]
+                )));
+            }
+            let mut offset = 0;
+            for i in 0..n {
+                let (model, mb, t) = (&b.models[i], &b.batches[i], &b.taken[i]);
+                let part = &b.scaled[offset..offset + t.len()];
+                offset += t.len();
+                b.weights.clear();
+                b.weights.extend(part.iter().map(|&g| mb.alpha * g));
+                model.adjust(mb, t, &b.weights, &mut b.scratch)?;
+            }
+            for t in b.taken.drain(..) {
+                cache.recycle(t);
+            }
+            Ok(())
         })
         .await?;
         let checkpoint_pending = self
@@ -394,6 +482,7 @@ mod tests {
     fn batch(fp: u64, outputs: &[u32]) -> v1::Minibatch {
         Minibatch {
             seed: 9,
+            alpha: 1.0,
             inputs: vec![0, 1],
             context_counts: vec![2, 1],
             outputs: outputs.to_vec(),
@@ -403,15 +492,15 @@ mod tests {
     }
 
     async fn dotprod(s: &ShardService, b: v1::Minibatch) {
-        let req = Request::new(DotprodRequest { batch: Some(b) });
+        let req = Request::new(DotprodRequest { batches: vec![b] });
         s.dotprod(req).await.expect("dotprod");
     }
 
     async fn adjust(s: &ShardService, b: v1::Minibatch) {
         let weights: Vec<f32> = (0..12).map(|t| 0.05 * (t as f32 - 4.0)).collect();
         let req = Request::new(AdjustRequest {
-            batch: Some(b),
-            weights: encode_f32(&weights),
+            batches: vec![b],
+            scaled_weights: colonnade_proto::encode_f16(&weights),
         });
         s.adjust(req).await.expect("adjust");
     }

@@ -135,7 +135,7 @@ def test_one_pipeline_is_deterministic_across_transports_and_shard_counts(corpus
     and seed: 2 embedded shards and 2 shard processes give the same bits; 1 or
     3 shards change only the float summation order of the dot products."""
     corpus = corpus_100k
-    common = dict(size=16, threads=1, in_flight=1, seed=11, connect_timeout_secs=20)
+    common = dict(size=16, threads=1, in_flight=1, minibatches_per_call=1, seed=11, connect_timeout_secs=20)
     outs = {}
     outs["embedded2"] = tmp_path / "embedded2.h5"
     run(train_args(corpus, embedded_shards=2, output=outs["embedded2"], **common))

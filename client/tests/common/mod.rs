@@ -42,6 +42,7 @@ pub fn params(seed: u64) -> TrainParams {
         alpha: 0.05,
         iter: 1,
         concurrency: 1,
+        minibatches_per_call: 1,
         minibatch: 16,
         seed,
         worker_index: 0,
