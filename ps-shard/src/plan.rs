@@ -37,6 +37,41 @@ pub fn row_step_scale(k: u64, cap: u64) -> f32 {
     }
 }
 
+/// Sorts `keys` (row << 32 | index) stably by row: an LSD radix sort on the
+/// row's bytes, skipping bytes that are the same in every key (a 69K-word
+/// vocabulary takes 3 passes, a 20M-word one 4). `tmp` is its second buffer,
+/// kept by the caller from call to call: the `radsort` crate this replaces
+/// allocated one per call, the one allocation a steady-state `dotprod` made
+/// besides its response (`ps-shard/tests/allocations.rs`).
+pub(crate) fn sort_by_row(keys: &mut Vec<u64>, tmp: &mut Vec<u64>) {
+    let n = keys.len();
+    let mut counts = [[0u32; 256]; 4];
+    for &k in keys.iter() {
+        let row = (k >> 32) as u32;
+        for (d, c) in counts.iter_mut().enumerate() {
+            c[((row >> (8 * d)) & 0xff) as usize] += 1;
+        }
+    }
+    tmp.clear();
+    tmp.resize(n, 0);
+    for (d, c) in counts.iter_mut().enumerate() {
+        if c.iter().any(|&x| x as usize == n) {
+            continue; // every key has the same byte here (or there are none)
+        }
+        let mut sum = 0u32;
+        for x in c.iter_mut() {
+            (*x, sum) = (sum, sum + *x);
+        }
+        let shift = 32 + 8 * d;
+        for &k in keys.iter() {
+            let b = ((k >> shift) & 0xff) as usize;
+            tmp[c[b] as usize] = k;
+            c[b] += 1;
+        }
+        std::mem::swap(keys, tmp);
+    }
+}
+
 /// The output-side word of every dot product of a minibatch, in request
 /// order (per pair its positive word, then its negatives: pair-major, as the
 /// dot products and weights travel), whom they belong to, and the same dot
@@ -54,8 +89,10 @@ pub struct Targets {
     negs: Vec<u32>,
     /// Input position of each pair.
     input_of_pair: Vec<u32>,
-    /// Sort keys: output row << 32 | dot-product index.
+    /// Sort keys: output row << 32 | dot-product index, and the radix
+    /// sort's second buffer.
     keys: Vec<u64>,
+    keys_tmp: Vec<u64>,
     /// The dot products sorted by output row (ties in request order), each
     /// as (dot-product index, input position).
     pub(crate) plan: Vec<(u32, u32)>,
@@ -138,7 +175,7 @@ impl Targets {
                 .map(|(t, &row)| (u64::from(row) << 32) | t as u64),
         );
         // A stable radix sort on the row alone: ties keep request order.
-        radsort::sort_by_key(&mut self.keys, |&key| (key >> 32) as u32);
+        sort_by_row(&mut self.keys, &mut self.keys_tmp);
         self.plan.clear();
         self.groups.clear();
         for (i, &key) in self.keys.iter().enumerate() {
@@ -192,6 +229,29 @@ fn input_step_scales(
         let s = row_step_scale(pairs * per_pair, cap);
         for &key in run {
             scale[key as u32 as usize] = s;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sort_by_row;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Keys carry their index in the low half, so the stable sort by row
+        /// is the plain sort of the whole keys.
+        #[test]
+        fn sort_by_row_is_a_stable_sort_on_the_row(
+            rows in prop::collection::vec(prop_oneof![0u32..300, any::<u32>()], 0..2000)
+        ) {
+            let mut keys: Vec<u64> =
+                rows.iter().enumerate().map(|(t, &r)| (u64::from(r) << 32) | t as u64).collect();
+            let mut want = keys.clone();
+            want.sort_unstable();
+            let mut tmp = vec![7; 3];
+            sort_by_row(&mut keys, &mut tmp);
+            prop_assert_eq!(keys, want);
         }
     }
 }
