@@ -38,6 +38,8 @@ pub async fn serve(
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
     tonic::transport::Server::builder()
         .tcp_nodelay(true)
+        .initial_stream_window_size(colonnade_proto::HTTP2_STREAM_WINDOW)
+        .initial_connection_window_size(colonnade_proto::HTTP2_CONNECTION_WINDOW)
         .add_service(health)
         .add_service(shard)
         .serve_with_incoming_shutdown(
