@@ -154,9 +154,11 @@ pub struct TrainArgs {
     /// Minibatches per call (shards reached over gRPC): independent
     /// minibatches, each its own update, sent in one dotprod and one adjust
     /// so that per-call costs are paid once for all of them. Minibatches in
-    /// flight per worker: threads × --in-flight × this.
-    #[arg(long, env = "COLONNADE_MINIBATCHES_PER_CALL", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=256))]
-    pub minibatches_per_call: u32,
+    /// flight per worker: threads × --in-flight × this. Default: the most
+    /// (up to 4) that keeps all --num-workers workers together at or under
+    /// 16 in flight; on part 01, 32 in flight diverged (docs/benchmarks.md).
+    #[arg(long, env = "COLONNADE_MINIBATCHES_PER_CALL", value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub minibatches_per_call: Option<u32>,
     /// Input words per minibatch.
     #[arg(long, env = "COLONNADE_MINIBATCH", default_value_t = 256)]
     pub minibatch: usize,
@@ -277,6 +279,34 @@ fn count_vocab(
     Ok((vocab, tokens))
 }
 
+/// Minibatches in flight across all workers of a model up to which quality
+/// held on part 01 (16 trained as well as 1; 32 and 64 diverged in the first
+/// epoch): the default of --minibatches-per-call keeps under it.
+pub const MAX_SAFE_IN_FLIGHT: u64 = 16;
+
+/// `--minibatches-per-call`: as given, else the most up to 4 that keeps the
+/// `workers` workers' `calls` calls each at or under [`MAX_SAFE_IN_FLIGHT`]
+/// minibatches in flight (at least 1). Warns when the total exceeds it.
+fn minibatches_per_call(given: Option<u32>, calls: usize, workers: u64) -> usize {
+    let calls_total = (calls as u64).max(1) * workers.max(1);
+    let per_call = match given {
+        Some(n) => u64::from(n),
+        None => (MAX_SAFE_IN_FLIGHT / calls_total).clamp(1, 4),
+    };
+    let in_flight = per_call * calls_total;
+    if in_flight > MAX_SAFE_IN_FLIGHT {
+        tracing::warn!(
+            in_flight,
+            workers,
+            minibatches_per_call = per_call,
+            "{in_flight} minibatches in flight across the workers (threads x --in-flight x \
+             --minibatches-per-call x --num-workers): on part 01 more than {MAX_SAFE_IN_FLIGHT} \
+             diverged; lower --in-flight or --threads if training stops with a divergence error"
+        );
+    }
+    per_call as usize
+}
+
 pub async fn run_train(args: TrainArgs) -> anyhow::Result<TrainSummary> {
     // Everything that can be checked without reading the corpus is checked
     // first: flags, corpus files, outputs, then the running shards.
@@ -353,7 +383,11 @@ pub async fn run_train(args: TrainArgs) -> anyhow::Result<TrainSummary> {
         minibatches_per_call: if in_process {
             1
         } else {
-            args.minibatches_per_call as usize
+            minibatches_per_call(
+                args.minibatches_per_call,
+                threads * args.in_flight.max(1),
+                args.num_workers,
+            )
         },
         minibatch: args.minibatch,
         seed: args.seed,
@@ -881,5 +915,30 @@ fn attributes(
             config_json: config.to_string(),
         }),
         ..colonnade_exporter::model_provenance(spec, fingerprint, shards)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::minibatches_per_call;
+
+    #[test]
+    fn default_minibatches_per_call_keeps_the_cluster_at_16_in_flight() {
+        // 2 threads × 2 in flight = 4 calls per worker.
+        assert_eq!(minibatches_per_call(None, 4, 1), 4);
+        assert_eq!(minibatches_per_call(None, 4, 2), 2);
+        assert_eq!(minibatches_per_call(None, 4, 4), 1);
+        assert_eq!(minibatches_per_call(None, 4, 8), 1, "never below one");
+        assert_eq!(minibatches_per_call(None, 1, 1), 4, "never above four");
+        assert_eq!(
+            minibatches_per_call(None, 3, 1),
+            4,
+            "16 / 3 = 5, capped at 4"
+        );
+        assert_eq!(
+            minibatches_per_call(Some(8), 4, 4),
+            8,
+            "a given value is kept"
+        );
     }
 }
