@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job, from a fresh clone: installs what the build needs, builds, and
 # trains word2vec on the sample corpus the repo ships (2.0M words of English
-# Wikipedia) with an embedded cluster of 2 PS shards, writing out/model.h5 plus
+# Wikipedia) with an embedded PS shard (one column slice of all d columns:
+# in one process a split only costs speed, docs/benchmarks.md), writing out/model.h5 plus
 # the word2vec text and binary formats. Extra arguments go to `colonnade train`
 # and override the defaults below (e.g. `./scripts/quickstart.sh --iter 1`).
 set -euo pipefail
@@ -16,7 +17,7 @@ export COLONNADE_SIZE=${COLONNADE_SIZE:-100} COLONNADE_WINDOW=${COLONNADE_WINDOW
   COLONNADE_SAMPLE=${COLONNADE_SAMPLE:-1e-4} COLONNADE_ITER=${COLONNADE_ITER:-3}
 ./target/release/colonnade train \
   --corpus testdata/sample.txt.xz \
-  --embedded-shards 2 \
+  --embedded-shards 1 \
   --save-vocab out/vocab.tsv \
   --output out/model.h5 --output-text out/vectors.txt --output-binary out/vectors.bin \
   "$@"
