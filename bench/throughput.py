@@ -311,9 +311,11 @@ def wire(s: dict, n: int, shards: int, d: int) -> dict | None:
     sent, recv = s["bytes_sent"] / t, s["bytes_received"] / t
     r7 = w * (n + 1) * shards * 4  # formula (7), per direction
     r2 = (2 + w * n) * d * 4  # formula (2), per direction
-    # What docs/design.md predicts on top of r′: the ids, (1 + w + 1)·4 bytes a
-    # word per shard, carried by both dotprod and adjust requests.
-    ids = (2 + w) * 4 * shards
+    # What docs/design.md predicts (API 4): both requests carry the windows,
+    # ≈ 4 bytes of id + 1 byte of radius per trained word and shard (plus the
+    # few context words at segment edges), and adjust's weights travel as
+    # half floats: sent ≈ r′/2 + 2·5·S, received = r′ (f32 dot products).
+    ids = 5 * shards
     return {
         "trained_words": t,
         "w": w,
@@ -329,7 +331,7 @@ def wire(s: dict, n: int, shards: int, d: int) -> dict | None:
         "received_over_r_prime": recv / r7 if r7 else None,
         "total_over_2r_prime": (sent + recv) / (2 * r7) if r7 else None,
         "ids_per_word_per_call": ids,
-        "sent_expected_with_ids": r7 + 2 * ids,
+        "sent_expected_with_ids": r7 / 2 + 2 * ids,
         "received_expected": r7,
         "conventional_over_measured": (2 * r2) / (sent + recv) if sent + recv else None,
         "bytes_per_minibatch": (s["bytes_sent"] + s["bytes_received"]) / s["minibatches"] if s.get("minibatches") else None,
@@ -373,7 +375,7 @@ def main_table(rows: list[dict], gensim: dict | None) -> str:
 def wire_table(rows: list[dict]) -> str:
     lines = [
         "| run | S | T/minibatch | w = pairs/T | sent B/word | recv B/word | total B/word | r′ (7) | sent/r′ | recv/r′ "
-        "| total/2r′ | r′ + ids (sent) | conv. PS (2) | conv. 2·(2) / total |",
+        "| total/2r′ | r′/2 + ids (sent) | conv. PS (2) | conv. 2·(2) / total |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
@@ -398,6 +400,8 @@ def sweep_table(rows: list[dict]) -> str:
     for r in rows:
         x = r.get("wire") or {}
         mode = {"embedded": "in process", "separate": "processes"}.get(r.get("sweep_mode"), "")
+        if r.get("sweep_detail"):
+            mode += f" ({r['sweep_detail']})"
         lines.append(
             f"| {r['sweep']} | {mode} | {r['sweep_value']} | {r['iter']} | {r['train_seconds']:.1f} | {r['words_per_second']:,.0f} "
             f"| {fmt(r.get('train_cpu_seconds'), '.1f')} | {fmt(r.get('words_per_cpu_second'), ',.0f')} "
@@ -451,6 +455,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=1, help="Colonnade run seed (gensim always uses seed=1)")
     p.add_argument("--threads", type=int, default=2, help="gensim workers and Colonnade client threads (default: %(default)s)")
     p.add_argument("--shards", type=int, default=2, help="shards of the main Colonnade runs, embedded and separate (default: %(default)s)")
+    p.add_argument("--embedded-shards", type=int, default=None,
+                   help="shards of the main embedded runs (default: --shards)")
     p.add_argument("--shard-threads", type=int, default=1, help="--threads of each separate ps-shard (default: %(default)s)")
     p.add_argument("--cores", default=None,
                    help="comma-separated CPU ids every run is confined to; separate shard i is pinned to the "
@@ -464,6 +470,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--minibatch-sweep", default=None, help="comma-separated --minibatch values (embedded and separate)")
     p.add_argument("--in-flight-sweep", default=None, help="comma-separated --in-flight values (separate processes)")
     p.add_argument("--shards-sweep", default=None, help="comma-separated --embedded-shards values")
+    p.add_argument("--parallelism-sweep", default=None,
+                   help="comma-separated numbers P of minibatches in flight at once (separate processes): "
+                        "P = 1 is --threads 1 --in-flight 1 --minibatches-per-call 1, P ≥ 2 is --threads 2 "
+                        "--in-flight 1 --minibatches-per-call P/2 (quality against parallelism)")
     p.add_argument("--sweep-iter", type=int, default=None, help="epochs of each sweep run (default: --iter)")
     p.add_argument("--colonnade-args", default="", help="extra flags for every `colonnade train`, one string")
     p.add_argument("--json-out", type=Path, default=None,
@@ -477,9 +487,15 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args.minibatch_sweep = int_list(args.minibatch_sweep)
     args.in_flight_sweep = int_list(args.in_flight_sweep)
     args.shards_sweep = int_list(args.shards_sweep)
+    args.parallelism_sweep = int_list(args.parallelism_sweep)
+    bad = [p for p in args.parallelism_sweep if p < 1 or (p > 1 and p % 2)]
+    if bad:
+        p.error(f"--parallelism-sweep: {bad}: each value must be 1 or even")
     args.colonnade_extra = shlex.split(args.colonnade_args)
     if args.sweep_iter is None:
         args.sweep_iter = args.iter
+    if args.embedded_shards is None:
+        args.embedded_shards = args.shards
     return args
 
 
@@ -552,13 +568,13 @@ def main(argv: list[str]) -> int:
             if "embedded" not in args.skip and args.baseline_bin_dir:
                 rows.append(run_colonnade(
                     args, plain, work, vocab_path, "baseline-embedded",
-                    f"baseline: {args.shards} embedded shards",
-                    embedded_shards=args.shards, iters=args.iter, bin_dir=args.baseline_bin_dir))
+                    f"baseline: {args.embedded_shards} embedded shard(s)",
+                    embedded_shards=args.embedded_shards, iters=args.iter, bin_dir=args.baseline_bin_dir))
             if "embedded" not in args.skip:
                 rows.append(run_colonnade(
                     args, plain, work, vocab_path, "embedded",
-                    f"Colonnade, {args.shards} embedded shards",
-                    embedded_shards=args.shards, iters=args.iter))
+                    f"Colonnade, {args.embedded_shards} embedded shard(s)",
+                    embedded_shards=args.embedded_shards, iters=args.iter))
             if "separate" not in args.skip and args.baseline_bin_dir:
                 rows.append(run_colonnade(
                     args, plain, work, vocab_path, "baseline-separate",
@@ -590,6 +606,20 @@ def main(argv: list[str]) -> int:
                                           separate_shards=args.shards, iters=args.sweep_iter, flags=[flag, str(v)])
                     r["sweep"], r["sweep_value"], r["sweep_mode"] = name, v, mode
                     sweeps.append(r)
+        for v in args.parallelism_sweep:
+            threads, per_call = (1, 1) if v == 1 else (2, v // 2)
+            saved = args.threads
+            args.threads = threads
+            try:
+                r = run_colonnade(args, plain, work, vocab_path, f"sweep-parallelism-{v}",
+                                  f"Colonnade, {v} minibatch(es) in flight", separate_shards=args.shards,
+                                  iters=args.sweep_iter,
+                                  flags=["--in-flight", "1", "--minibatches-per-call", str(per_call)])
+            finally:
+                args.threads = saved
+            r["sweep"], r["sweep_value"], r["sweep_mode"] = "parallelism", v, "separate"
+            r["sweep_detail"] = f"--threads {threads} --in-flight 1 --minibatches-per-call {per_call}"
+            sweeps.append(r)
 
         for r in rows + sweeps:
             log(f"evaluating {r['system']}" + (f" ({r['sweep']} {r['sweep_value']})" if "sweep" in r else ""))
@@ -617,7 +647,7 @@ def main(argv: list[str]) -> int:
             f"load average {load_before[0]:.2f} before, {load_after[0]:.2f} after",
             f"- Settings: size {args.size}, window {args.window}, negative {args.negative}, min-count {args.min_count}, "
             f"sample {args.sample:g}, alpha {args.alpha:g}, iter {args.iter}, threads {args.threads}, "
-            f"shards {args.shards} (separate: ps-shard --threads {args.shard_threads})"
+            f"shards {args.shards} separate (ps-shard --threads {args.shard_threads}), {args.embedded_shards} embedded"
             + (f", Colonnade {shlex.join(args.colonnade_extra)}" if args.colonnade_extra else "")
             + f"; vocabulary {vocab['words']:,} words (`colonnade vocab`, {vocab['wall_seconds']:.1f} s, not counted)",
             "- words/s = corpus tokens × epochs ÷ training time (no vocabulary, model creation or export). "
@@ -636,8 +666,8 @@ def main(argv: list[str]) -> int:
                 "",
                 "Bytes on the wire per trained input word T (after subsampling), gRPC payloads counted by the "
                 "client; w = pairs/T, r′ = w·(n+1)·S·4 per direction (paper formula (7)), "
-                "conv. PS = (2+w·n)·d·4 per direction (formula (2)); r′ + ids adds the ids both requests carry, "
-                "2·(2+w)·4·S. T/minibatch: mean inputs per minibatch (minibatches span sentences, windows do not). Runs whose shards were called in process send nothing and are not listed.",
+                "conv. PS = (2+w·n)·d·4 per direction (formula (2)); r′/2 + ids: the half-float weights of adjust "
+                "plus the windows both requests carry, ≈ 2·5·S (4-byte id and 1-byte radius per word). T/minibatch: mean inputs per minibatch (minibatches span sentences, windows do not). Runs whose shards were called in process send nothing and are not listed.",
                 "",
                 wire_table(wired),
             ]
