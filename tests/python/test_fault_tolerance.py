@@ -141,7 +141,9 @@ def reference_run(corpus, vocab, tmp_path, cluster, **flags) -> Path:
 def test_shard_killed_mid_run_resumes_to_the_uninterrupted_model(small_corpus, cluster, tmp_path):
     vocab = tmp_path / "vocab.tsv"
     run([colonnade(), "vocab", "--corpus", small_corpus, "--min-count", 3, "--output", vocab])
-    flags = dict(iter=6, size=24, **DETERMINISTIC)
+    # ~7M words: the kill lands well before the end on a machine several
+    # times faster than this one (1.8M words ran out before 3 checkpoints).
+    flags = dict(iter=24, size=24, **DETERMINISTIC)
     a, b = cluster(2)
     out, summary = tmp_path / "killed.h5", tmp_path / "summary.json"
     client = Proc(
@@ -188,8 +190,8 @@ def test_shard_killed_mid_run_resumes_to_the_uninterrupted_model(small_corpus, c
 def test_stopped_shard_is_treated_as_failed_and_training_recovers(small_corpus, cluster, tmp_path):
     vocab = tmp_path / "vocab.tsv"
     run([colonnade(), "vocab", "--corpus", small_corpus, "--min-count", 3, "--output", vocab])
-    # ~3M words: several seconds of training after the first checkpoint.
-    flags = dict(iter=10, size=16, **DETERMINISTIC)
+    # ~5M words: several seconds of training after the first checkpoint.
+    flags = dict(iter=16, size=16, **DETERMINISTIC)
     a, b = cluster(2)
     out, summary = tmp_path / "stopped.h5", tmp_path / "summary.json"
     client = Proc(
@@ -212,7 +214,7 @@ def test_stopped_shard_is_treated_as_failed_and_training_recovers(small_corpus, 
 def test_worker_killed_and_restarted_trains_each_part_once(small_corpus, cluster, tmp_path):
     vocab = tmp_path / "vocab.tsv"
     run([colonnade(), "vocab", "--corpus", small_corpus, "--min-count", 3, "--output", vocab])
-    flags = dict(iter=6, size=16, num_workers=2, **DETERMINISTIC)
+    flags = dict(iter=24, size=16, num_workers=2, **DETERMINISTIC)
 
     def worker(shards, i: int, name: str, **extra) -> Proc:
         return Proc(
@@ -257,7 +259,8 @@ def test_worker_killed_and_restarted_trains_each_part_once(small_corpus, cluster
 def test_corrupt_and_truncated_checkpoints_fall_back_to_the_previous_version(corpus_100k, cluster, tmp_path):
     vocab = tmp_path / "vocab.tsv"
     run([colonnade(), "vocab", "--corpus", corpus_100k, "--min-count", 3, "--output", vocab])
-    flags = dict(iter=8, size=16, **DETERMINISTIC)
+    # Long enough for two periodic checkpoints before the final one.
+    flags = dict(iter=32, size=16, **DETERMINISTIC)
     a, b = cluster(2)
     args = train_args(corpus_100k, shards=f"{a.endpoint},{b.endpoint}", vocab=vocab, checkpoint_interval=INTERVAL, **flags)
     run(args + ["--output", tmp_path / "first.h5"], timeout=300)
@@ -315,7 +318,7 @@ def test_full_disk_keeps_the_last_good_version_and_training_goes_on(corpus_100k,
         try:
             summary = tmp_path / "summary.json"
             res = run(
-                train_args(corpus_100k, shards=f"{a.endpoint},{b.endpoint}", vocab=vocab, iter=10, size=16,
+                train_args(corpus_100k, shards=f"{a.endpoint},{b.endpoint}", vocab=vocab, iter=30, size=16,
                            checkpoint_interval=INTERVAL, summary=summary, output=tmp_path / "out.h5", **DETERMINISTIC),
                 timeout=300,
             )
