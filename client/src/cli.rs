@@ -433,9 +433,7 @@ pub async fn run_train(args: TrainArgs) -> anyhow::Result<TrainSummary> {
             train_over_grpc(&args, &cluster, corpus, &params, &progress).await
         }
     };
-    progress
-        .done
-        .store(true, std::sync::atomic::Ordering::Relaxed);
+    progress.finish();
     let reached = reporter.await.ok();
     let mut summary = result?;
     summary.progress_reached = reached;
