@@ -10,9 +10,9 @@ use crate::stream::{form_minibatches, BatchFormer, Job, Schedule, Skip, StreamPa
 use anyhow::{bail, Context};
 use colonnade_common::corpus::InvalidUtf8;
 use colonnade_common::kernels::dot;
-use colonnade_common::sgns::{keep_threshold, neg_log_sigmoid, negative_weight, positive_weight};
+use colonnade_common::sgns::{keep_threshold, neg_log_sigmoid};
 use colonnade_common::vocab::Vocab;
-use colonnade_proto::{wire_scaled_weight, Minibatch, MinibatchId, ModelShards};
+use colonnade_proto::{scaled_weight, Minibatch, MinibatchId, ModelShards, DIVERGED_DOT};
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::path::PathBuf;
@@ -492,25 +492,31 @@ impl Sgns {
         progress: &Progress,
     ) -> anyhow::Result<()> {
         let (sent0, received0) = shards.wire_bytes();
-        shards.dotprod(mbs, &mut self.dots).await?;
         let expected: usize = mbs.iter().map(|mb| mb.pairs() * self.per_pair).sum();
-        if self.dots.len() != expected {
-            bail!(
-                "the shards returned {} dot products for {} minibatches of {expected}",
-                self.dots.len(),
-                mbs.len()
-            );
-        }
-        self.scaled.clear();
-        let mut offset = 0;
         let mut losses = std::mem::take(&mut self.losses);
         losses.clear();
-        for mb in mbs {
-            let n = mb.pairs() * self.per_pair;
-            losses.push(self.weights(mb, offset..offset + n)?);
-            offset += n;
+        if shards.fused_step(mbs, &mut self.dots).await? {
+            // The shards weighed and applied the dot products themselves.
+            self.check_count(expected, mbs.len())?;
+            let mut offset = 0;
+            for mb in mbs {
+                let n = mb.pairs() * self.per_pair;
+                self.check_diverged(mb, offset..offset + n)?;
+                losses.push(self.sampled_loss(mb, offset..offset + n));
+                offset += n;
+            }
+        } else {
+            shards.dotprod(mbs, &mut self.dots).await?;
+            self.check_count(expected, mbs.len())?;
+            self.scaled.clear();
+            let mut offset = 0;
+            for mb in mbs {
+                let n = mb.pairs() * self.per_pair;
+                losses.push(self.weights(mb, offset..offset + n)?);
+                offset += n;
+            }
+            shards.adjust(mbs, &self.scaled).await?;
         }
-        shards.adjust(mbs, &self.scaled).await?;
         let (sent, received) = shards.wire_bytes();
         progress.record_bytes(sent - sent0, received - received0);
         for (mb, &loss) in mbs.iter().zip(&losses) {
@@ -520,21 +526,41 @@ impl Sgns {
         Ok(())
     }
 
+    /// Fails unless the shards returned `expected` dot products.
+    fn check_count(&self, expected: usize, minibatches: usize) -> anyhow::Result<()> {
+        if self.dots.len() != expected {
+            bail!(
+                "the shards returned {} dot products for {minibatches} minibatches of {expected}",
+                self.dots.len(),
+            );
+        }
+        Ok(())
+    }
+
     /// Appends the weights ÷ α of minibatch `mb`, whose summed dot products
     /// are `self.dots[range]`, to `self.scaled`, laid out as the dot
     /// products: 1 − σ(F⁺) and −σ(F⁻), each rounded to the half float it
-    /// travels as (every path, in process too, applies α × that value).
-    /// Every [`LOSS_EVERY`]th minibatch of a pipeline also returns its loss
-    /// and pair count, for the progress display: the logarithms cost ~4 % of
-    /// a run's CPU when taken for every pair. Fails, naming `mb`, when a dot
-    /// product is not finite or beyond [`DIVERGED_DOT`]: the model has
-    /// diverged, and training on would only spread garbage (or NaN) through it.
+    /// travels as ([`scaled_weight`]: every path, in process too, applies
+    /// α × that value). Every [`LOSS_EVERY`]th minibatch of a pipeline also
+    /// returns its loss and pair count (see [`Self::sampled_loss`]). Fails
+    /// as [`Self::check_diverged`] does, before any weight is sent.
     fn weights(
         &mut self,
         mb: &Minibatch,
         range: std::ops::Range<usize>,
     ) -> anyhow::Result<Option<(f64, usize)>> {
-        let (alpha, per_pair, dots) = (mb.alpha, self.per_pair, &self.dots[range]);
+        self.check_diverged(mb, range.clone())?;
+        for (t, &f) in self.dots[range.clone()].iter().enumerate() {
+            self.scaled.push(scaled_weight(f, t % self.per_pair == 0));
+        }
+        Ok(self.sampled_loss(mb, range))
+    }
+
+    /// Fails, naming `mb`, when a dot product of `self.dots[range]` is not
+    /// finite or beyond [`DIVERGED_DOT`]: the model has diverged, and
+    /// training on would only spread garbage (or NaN) through it.
+    fn check_diverged(&self, mb: &Minibatch, range: std::ops::Range<usize>) -> anyhow::Result<()> {
+        let (alpha, dots) = (mb.alpha, &self.dots[range]);
         // Σ F² (SIMD): NaN or ∞ if any dot product is, and above
         // DIVERGED_DOT² if one is larger than DIVERGED_DOT.
         let energy = dot(dots, dots);
@@ -553,35 +579,33 @@ impl Sgns {
                 mb.origin()
             );
         }
-        for pair in dots.chunks_exact(per_pair) {
-            self.scaled
-                .push(wire_scaled_weight(positive_weight(1.0, pair[0])));
-            self.scaled.extend(
-                pair[1..]
-                    .iter()
-                    .map(|&f| wire_scaled_weight(negative_weight(1.0, f))),
-            );
-        }
+        Ok(())
+    }
+
+    /// Every [`LOSS_EVERY`]th minibatch of a pipeline: its loss, from its
+    /// dot products `self.dots[range]`, and pair count, for the progress
+    /// display (the logarithms cost ~4 % of a run's CPU when taken for every
+    /// pair).
+    fn sampled_loss(
+        &mut self,
+        mb: &Minibatch,
+        range: std::ops::Range<usize>,
+    ) -> Option<(f64, usize)> {
         let sampled = self.steps % LOSS_EVERY == 0;
         self.steps += 1;
         if !sampled {
-            return Ok(None);
+            return None;
         }
         let mut loss = 0.0f64;
-        for pair in dots.chunks_exact(per_pair) {
+        for pair in self.dots[range].chunks_exact(self.per_pair) {
             loss += f64::from(neg_log_sigmoid(pair[0]));
             for &f in &pair[1..] {
                 loss += f64::from(neg_log_sigmoid(-f));
             }
         }
-        Ok(Some((loss, mb.pairs())))
+        Some((loss, mb.pairs()))
     }
 }
-
-/// Largest |u·v| a healthy model shows: σ saturates beyond ±20, so SGNS
-/// stops pushing dot products long before this; a larger one (or a NaN)
-/// means the vectors have blown up.
-const DIVERGED_DOT: f32 = 1e4;
 
 /// One minibatch in this many (per pipeline) has its loss computed.
 const LOSS_EVERY: u64 = 16;

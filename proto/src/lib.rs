@@ -159,6 +159,27 @@ pub fn wire_scaled_weight(x: f32) -> f32 {
     half::f16::from_f32(x).to_f32()
 }
 
+/// The weight ÷ α of a dot product F, as it travels: 1 − σ(F) for a
+/// positive pair, −σ(F) for a negative, each [`wire_scaled_weight`]-rounded.
+/// The one definition every path applies: the client weighing summed dot
+/// products, and one whole shard in process weighing its own
+/// ([`ModelShards::fused_step`]).
+#[inline]
+pub fn scaled_weight(f: f32, positive: bool) -> f32 {
+    use colonnade_common::sgns::{negative_weight, positive_weight};
+    wire_scaled_weight(if positive {
+        positive_weight(1.0, f)
+    } else {
+        negative_weight(1.0, f)
+    })
+}
+
+/// Largest |u·v| a healthy model shows: σ saturates beyond ±20, so SGNS
+/// stops pushing dot products long before this; a larger one (or a NaN)
+/// means the vectors have blown up, and training on would only spread
+/// garbage (or NaN) through them.
+pub const DIVERGED_DOT: f32 = 1e4;
+
 /// Packs scaled weights (each already [`wire_scaled_weight`]-exact) as
 /// little-endian half floats.
 pub fn encode_f16(values: &[f32]) -> bytes::Bytes {

@@ -107,6 +107,24 @@ pub trait ModelShards: Send + 'static {
         scaled: &[f32],
     ) -> impl Future<Output = Result<(), CallError>> + Send;
 
+    /// dotprod, weights and adjust of `mbs` in one visit of each row, where
+    /// the shards can weigh their own dot products: the only shard of a model
+    /// in this process holds whole vectors, so its dot products are final.
+    /// Each minibatch is stepped in turn with exactly the weights the two
+    /// calls would apply (α × [`crate::scaled_weight`]); `dots` gets its dot
+    /// products, pair-major, for the caller's loss and divergence checks. A
+    /// dot product beyond [`crate::DIVERGED_DOT`] (or NaN) adds no update.
+    /// Returns false, touching nothing, where the shards cannot (several
+    /// column slices, or shards behind the wire): the caller then makes the
+    /// two calls.
+    fn fused_step(
+        &mut self,
+        _mbs: &[Minibatch],
+        _dots: &mut Vec<f32>,
+    ) -> impl Future<Output = Result<bool, CallError>> + Send {
+        async { Ok(false) }
+    }
+
     /// Bytes this handle has sent and received on the wire (0 in process).
     fn wire_bytes(&self) -> (u64, u64);
 }

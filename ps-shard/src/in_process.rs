@@ -4,6 +4,9 @@
 //! thread. Nothing is encoded, and the targets are drawn once per minibatch
 //! for all shards (every shard of a model draws the same ones from the
 //! minibatch seed); the handle keeps them from `dotprod` for its `adjust`.
+//! One shard (the default) holds whole vectors: it weighs its own dot
+//! products and steps each minibatch in one visit per row
+//! ([`ModelShards::fused_step`]), the same model bit for bit.
 
 use crate::model::{Model, Scratch};
 use crate::plan::Targets;
@@ -16,6 +19,8 @@ pub struct InProcessShards {
     models: Arc<[Arc<Model>]>,
     /// Per minibatch of the last `dotprod`: its targets, for its `adjust`.
     targets: Vec<Targets>,
+    /// The targets of the minibatch a fused step is on.
+    fused_targets: Targets,
     scratch: Scratch,
     part: Vec<f32>,
     /// One minibatch's weights α × scaled.
@@ -46,6 +51,7 @@ impl InProcessShards {
         Ok(Self {
             models: models.into(),
             targets: Vec::new(),
+            fused_targets: Targets::default(),
             scratch: Scratch::default(),
             part: Vec::new(),
             weights: Vec::new(),
@@ -68,6 +74,7 @@ impl ModelShards for InProcessShards {
         Self {
             models: Arc::clone(&self.models),
             targets: Vec::new(),
+            fused_targets: Targets::default(),
             scratch: Scratch::default(),
             part: Vec::new(),
             weights: Vec::new(),
@@ -130,6 +137,31 @@ impl ModelShards for InProcessShards {
             }
         }
         Ok(())
+    }
+
+    /// One shard holds whole vectors: each minibatch in one visit per row
+    /// ([`Model::fused`]). Several shards split them: false.
+    async fn fused_step(
+        &mut self,
+        mbs: &[Minibatch],
+        dots: &mut Vec<f32>,
+    ) -> Result<bool, CallError> {
+        let [model] = &*self.models else {
+            return Ok(false);
+        };
+        // A later `adjust` must not take these targets for a `dotprod`'s.
+        self.targets.clear();
+        let mut targets = std::mem::take(&mut self.fused_targets);
+        dots.clear();
+        for mb in mbs {
+            model
+                .draw_targets(mb, &mut targets)
+                .and_then(|()| model.fused(mb, &targets, &mut self.scratch, &mut self.part))
+                .map_err(|e| self.failed(0, "train", e))?;
+            dots.extend_from_slice(&self.part);
+        }
+        self.fused_targets = targets;
+        Ok(true)
     }
 
     fn wire_bytes(&self) -> (u64, u64) {

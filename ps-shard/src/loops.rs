@@ -1,7 +1,8 @@
 //! The two hot loops of a shard, over a planned minibatch ([`Targets`]):
 //! [`dotprod_loop`] (paper Fig. 5) and [`adjust_loop`] (Fig. 6). Both walk
 //! the dot products grouped by output row ([`RowRuns`]), visiting and locking
-//! each distinct row once. Multiversioned: the kernels inline into a clone
+//! each distinct row once, and [`fused_loop`], both in one visit, for a
+//! shard that holds whole vectors. Multiversioned: the kernels inline into a clone
 //! compiled for the best SIMD the CPU has, chosen at run time.
 //!
 //! [`Targets`]: crate::plan::Targets
@@ -15,6 +16,7 @@ use crate::plan::row_step_scale;
 #[cfg(target_arch = "x86_64")]
 use colonnade_common::kernels::Avx;
 use colonnade_common::kernels::{Portable, Simd};
+use colonnade_proto::{scaled_weight, DIVERGED_DOT};
 use multiversion::multiversion;
 use multiversion::target::match_target;
 
@@ -158,30 +160,152 @@ pub(crate) fn adjust_loop<'a>(work: Work<'a>, steps: Steps<'a>) {
         v_delta,
     } = steps;
     let k = Portable; // adjust only needs axpy, which LLVM vectorizes fully
-    let cols = u.cols();
     read_input_rows(u, inputs, u_rows);
     let u_rows = &*u_rows;
     for (x, run) in RowRuns::new(v, plan, groups) {
         let scale = row_step_scale(run.len() as u64, cap);
         v.with_row_mut(x, |row| {
-            v_delta.fill(0.0);
-            for &(t, p) in run {
-                let (g, p) = (weights[t as usize], p as usize);
-                k.axpy(g, row, &mut u_delta[p * cols..(p + 1) * cols]);
-                k.axpy(g, &u_rows[p * cols..(p + 1) * cols], v_delta);
-            }
-            // scale · Δv, exact when the scale is 1
-            k.axpy(scale, &*v_delta, row);
+            update_row(k, row, scale, run, weights, u_rows, u_delta, v_delta)
         });
     }
+    add_input_deltas(u, inputs, u_delta, input_scale);
+}
+
+/// One output row's updates: per dot product of its `run`, Δu of the input
+/// position += G·v(x) and Δv(x) += G·u(w_I); then v(x) += `scale`·Δv(x).
+#[allow(clippy::too_many_arguments, reason = "the loops' state, spelled out")]
+#[inline(always)]
+fn update_row<K: Simd>(
+    k: K,
+    row: &mut [f32],
+    scale: f32,
+    run: &[(u32, u32)],
+    weights: &[f32],
+    u_rows: &[f32],
+    u_delta: &mut [f32],
+    v_delta: &mut [f32],
+) {
+    let cols = row.len();
+    v_delta.fill(0.0);
+    for &(t, p) in run {
+        let (g, p) = (weights[t as usize], p as usize);
+        k.axpy(g, row, &mut u_delta[p * cols..(p + 1) * cols]);
+        k.axpy(g, &u_rows[p * cols..(p + 1) * cols], v_delta);
+    }
+    // scale · Δv, exact when the scale is 1
+    k.axpy(scale, &*v_delta, row);
+}
+
+/// u(w) += s·Δu for every input position, after all rows.
+#[inline(always)]
+fn add_input_deltas(u: &HogwildMatrix, inputs: &[u32], u_delta: &mut [f32], input_scale: &[f32]) {
     for ((&w_in, delta), &scale) in inputs
         .iter()
-        .zip(u_delta.chunks_exact_mut(cols))
+        .zip(u_delta.chunks_exact_mut(u.cols()))
         .zip(input_scale)
     {
         if scale != 1.0 {
             delta.iter_mut().for_each(|d| *d *= scale);
         }
         u.add_row(w_in as usize, delta);
+    }
+}
+
+/// What [`fused_loop`] needs beyond [`Work`]: [`Steps`] without the weights,
+/// which it computes from the dot products as it goes.
+pub(crate) struct FusedSteps<'a> {
+    /// The minibatch's learning rate.
+    pub alpha: f32,
+    /// Dot products per pair (1 + negatives): index t is a positive pair's
+    /// when t is a multiple of it.
+    pub per_pair: usize,
+    /// Per input position: the scale of its Δu.
+    pub input_scale: &'a [f32],
+    /// The minibatch's row step cap.
+    pub cap: u64,
+    /// Out: the dot products, pair-major (request order).
+    pub dots: &'a mut [f32],
+    /// Scratch: per dot product, its weight G.
+    pub weights: &'a mut [f32],
+    /// Scratch: per input position, its accumulated Δu (zeroed).
+    pub u_delta: &'a mut [f32],
+    /// Scratch: one output row's accumulated Δv.
+    pub v_delta: &'a mut [f32],
+}
+
+/// [`dotprod_loop`], the weights and [`adjust_loop`] of a minibatch on a
+/// shard that holds whole vectors (its dot products are final), in one
+/// visit per output row. Bit for bit what the two loops give with the
+/// client's weights in between: a row's dot products read u as the call
+/// found it (`u_rows`) and the row before its own update, as `dotprod` did
+/// (each row is visited once, and u is updated after all rows); the same
+/// kernels compute them. A dot product beyond [`DIVERGED_DOT`] (or NaN)
+/// adds no update; the caller fails the run on it.
+#[multiversion(targets("x86_64+avx2+fma", "x86_64+avx", "aarch64+neon"))]
+pub(crate) fn fused_loop<'a>(work: Work<'a>, steps: FusedSteps<'a>) {
+    let Work {
+        u,
+        v,
+        inputs,
+        plan,
+        groups,
+        u_rows,
+    } = work;
+    let FusedSteps {
+        alpha,
+        per_pair,
+        input_scale,
+        cap,
+        dots,
+        weights,
+        u_delta,
+        v_delta,
+    } = steps;
+    let a = Portable; // as in adjust_loop
+    let cols = u.cols();
+    read_input_rows(u, inputs, u_rows);
+    let u_rows = &*u_rows;
+    // The closures stay in this function: closures inherit the clone's
+    // target features, functions it calls do not, and one of them left out
+    // of line in a helper ran the axpys without AVX (perf: 1.19x the CPU
+    // of the two calls). Per row: its dot products, then (unlocked) their
+    // weights, then its updates.
+    for (x, run) in RowRuns::new(v, plan, groups) {
+        let scale = row_step_scale(run.len() as u64, cap);
+        v.with_row(x, |row| {
+            match_target! {
+                // SAFETY: this arm is compiled only into clones for CPUs with AVX.
+                "x86_64+avx" => run_dots(unsafe { Avx::new_unchecked() }, run, u_rows, cols, row, dots),
+                _ => run_dots(Portable, run, u_rows, cols, row, dots),
+            }
+        });
+        for &(t, _) in run {
+            let (t, f) = (t as usize, dots[t as usize]);
+            weights[t] = if f.abs() <= DIVERGED_DOT {
+                alpha * scaled_weight(f, t % per_pair == 0)
+            } else {
+                0.0
+            };
+        }
+        v.with_row_mut(x, |row| {
+            update_row(a, row, scale, run, weights, u_rows, u_delta, v_delta)
+        });
+    }
+    add_input_deltas(u, inputs, u_delta, input_scale);
+}
+
+/// The dot products of one output row's run, with `k` (as [`dotprod_body`]).
+#[inline(always)]
+fn run_dots<K: Simd>(
+    k: K,
+    run: &[(u32, u32)],
+    u_rows: &[f32],
+    cols: usize,
+    row: &[f32],
+    dots: &mut [f32],
+) {
+    for &(t, p) in run {
+        let p = p as usize;
+        dots[t as usize] = k.dot(&u_rows[p * cols..(p + 1) * cols], row);
     }
 }

@@ -5,7 +5,7 @@
 //! touched, so a rejected request leaves the model unchanged.
 
 use crate::hogwild::HogwildMatrix;
-use crate::loops::{adjust_loop, dotprod_loop, Steps, Work};
+use crate::loops::{adjust_loop, dotprod_loop, fused_loop, FusedSteps, Steps, Work};
 use crate::plan::Targets;
 use colonnade_common::init::init_input_row;
 use colonnade_common::sampler::AliasSampler;
@@ -49,6 +49,8 @@ pub struct Scratch {
     u_delta: Vec<f32>,
     /// One output row's accumulated Δv.
     v_delta: Vec<f32>,
+    /// A fused step's weights, per dot product.
+    weights: Vec<f32>,
 }
 
 impl Model {
@@ -252,6 +254,56 @@ impl Model {
         Ok(())
     }
 
+    /// [`Self::dotprod`], the weights and [`Self::adjust`] of `mb` in one
+    /// visit per row, on a shard that holds whole vectors (all `dim`
+    /// columns: its dot products are final), weighing them as a client
+    /// would (α × [`colonnade_proto::scaled_weight`]); `dots` gets them,
+    /// pair-major. Bit for bit the two calls with the client's weights in
+    /// between (`client/tests/determinism.rs` compares it with shards over
+    /// gRPC). Refused on a column slice.
+    pub fn fused(
+        &self,
+        mb: &Minibatch,
+        targets: &Targets,
+        s: &mut Scratch,
+        dots: &mut Vec<f32>,
+    ) -> Result<(), ShardError> {
+        self.check_targets(mb, targets)?;
+        let cols = self.spec.cols();
+        if cols != self.spec.model.dim as usize {
+            return Err(ShardError::FailedPrecondition(format!(
+                "a fused step needs whole vectors; this shard holds columns {}..{} of {}",
+                self.spec.col_start, self.spec.col_end, self.spec.model.dim
+            )));
+        }
+        s.u_rows.resize(mb.inputs.len() * cols, 0.0);
+        s.u_delta.clear();
+        s.u_delta.resize(mb.inputs.len() * cols, 0.0);
+        s.v_delta.resize(cols, 0.0);
+        dots.clear();
+        dots.resize(targets.len(), 0.0);
+        s.weights.resize(targets.len(), 0.0);
+        fused_loop(
+            self.work(mb, targets, &mut s.u_rows),
+            FusedSteps {
+                alpha: mb.alpha,
+                per_pair: self.negative() + 1,
+                input_scale: &targets.input_scale,
+                cap: targets.cap,
+                dots,
+                weights: &mut s.weights,
+                u_delta: &mut s.u_delta,
+                v_delta: &mut s.v_delta,
+            },
+        );
+        self.stats.dotprod_calls.fetch_add(1, Relaxed);
+        self.stats.adjust_calls.fetch_add(1, Relaxed);
+        self.stats
+            .pairs_adjusted
+            .fetch_add(mb.pairs() as u64, Relaxed);
+        Ok(())
+    }
+
     /// Overwrites rows from `start` of one matrix with `values` (whole rows,
     /// this shard's columns, row-major): loading a checkpoint.
     pub fn write_rows(&self, matrix: Matrix, start: u64, values: &[f32]) -> Result<(), ShardError> {
@@ -306,6 +358,7 @@ impl Model {
 mod tests {
     use super::*;
     use crate::fixture::{snapshot, spec, COUNTS};
+    use colonnade_common::sgns::sigmoid;
 
     fn model() -> Model {
         Model::new(spec(0..8), &COUNTS).expect("model")
@@ -369,5 +422,50 @@ mod tests {
         // Same seed and outputs, other inputs: the step scales would differ.
         assert!(!m.targets_fit(&minibatch(9, &[1, 1], &[2, 1], &[1, 2, 3]), &t));
         assert_eq!(t.len(), 3 * 4);
+    }
+
+    #[test]
+    fn fused_step_is_dotprod_weights_adjust_bit_for_bit() {
+        let dim = spec(0..8).model.dim;
+        let whole = || Model::new(spec(0..dim), &COUNTS).expect("model");
+        let (fused, split) = (whole(), whole());
+        let (mut t, mut s, mut dots) = (Targets::default(), Scratch::default(), Vec::new());
+        let mut weights = Vec::new();
+        // Several steps, so v is no longer zero and every weight matters.
+        for seed in 0..6u64 {
+            let mut mb = minibatch(seed, &[0, 1, 5], &[2, 1, 3], &[1, 2, 3, 4, 0, 5]);
+            mb.alpha = 0.5;
+            fused.draw_targets(&mb, &mut t).expect("targets");
+            fused.fused(&mb, &t, &mut s, &mut dots).expect("fused");
+            let fused_dots = dots.clone();
+            split.dotprod(&mb, &t, &mut s, &mut dots).expect("dotprod");
+            assert_eq!(fused_dots, dots, "step {seed}: dot products");
+            let per_pair = fused.negative() + 1;
+            weights.clear();
+            weights.extend(dots.iter().enumerate().map(|(i, &f)| {
+                // What a client computes: the half-float G/α, times α.
+                let g = if i % per_pair == 0 {
+                    1.0 - sigmoid(f)
+                } else {
+                    -sigmoid(f)
+                };
+                mb.alpha * colonnade_proto::wire_scaled_weight(g)
+            }));
+            split.adjust(&mb, &t, &weights, &mut s).expect("adjust");
+            assert_eq!(snapshot(&fused), snapshot(&split), "step {seed}: model");
+        }
+        assert!(
+            snapshot(&fused) != snapshot(&whole()),
+            "the steps changed the model"
+        );
+        // A column slice's dot products are partial: it cannot weigh them.
+        let slice = Model::new(spec(0..dim / 2), &COUNTS).expect("model");
+        slice
+            .draw_targets(&minibatch(1, &[0], &[1], &[1]), &mut t)
+            .expect("targets");
+        let e = slice
+            .fused(&minibatch(1, &[0], &[1], &[1]), &t, &mut s, &mut dots)
+            .expect_err("a slice");
+        assert!(e.to_string().contains("whole vectors"), "{e}");
     }
 }
