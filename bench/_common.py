@@ -180,7 +180,8 @@ def gensim_worker(args: argparse.Namespace) -> None:
         alpha=args.alpha,
         min_alpha=0.0001,
         epochs=args.iter,
-        sg=1,
+        sg=0 if getattr(args, "cbow", False) else 1,
+        cbow_mean=1,
         hs=0,
         workers=args.threads,
         seed=1,
@@ -217,7 +218,7 @@ def gensim_worker(args: argparse.Namespace) -> None:
 def training_flags(args: argparse.Namespace, iters: int) -> list[str]:
     """The word2vec hyper-parameters every trainer of a benchmark gets, as flags
     (`colonnade train` and the gensim worker take the same names)."""
-    return [
+    flags = [
         "--size", str(args.size),
         "--window", str(args.window),
         "--negative", str(args.negative),
@@ -226,6 +227,9 @@ def training_flags(args: argparse.Namespace, iters: int) -> list[str]:
         "--alpha", repr(args.alpha),
         "--iter", str(iters),
     ]
+    if getattr(args, "cbow", False):
+        flags.append("--cbow")  # gensim: sg=0, cbow_mean=1
+    return flags
 
 
 def run_gensim(args: argparse.Namespace, plain: Path, work: Path) -> dict:
@@ -331,6 +335,7 @@ def _worker_main(argv: list[str]) -> int:
     p.add_argument("--alpha", type=float, required=True)
     p.add_argument("--iter", type=int, required=True)
     p.add_argument("--threads", type=int, required=True)
+    p.add_argument("--cbow", action="store_true")
     args = p.parse_args(argv)
     if not (args.gensim_worker_corpus and args.gensim_worker_out and args.gensim_worker_result):
         p.error("--gensim-worker-corpus, --gensim-worker-out and --gensim-worker-result are required")

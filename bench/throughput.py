@@ -452,6 +452,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--sample", type=float, default=1e-4)
     p.add_argument("--alpha", type=float, default=0.025)
     p.add_argument("--iter", type=int, default=5, help="epochs of the main runs (default: %(default)s)")
+    p.add_argument("--cbow", action="store_true", help="CBOW instead of skip-gram, in every system (gensim sg=0, cbow_mean=1)")
     p.add_argument("--seed", type=int, default=1, help="Colonnade run seed (gensim always uses seed=1)")
     p.add_argument("--threads", type=int, default=2, help="gensim workers and Colonnade client threads (default: %(default)s)")
     p.add_argument("--shards", type=int, default=2, help="shards of the main Colonnade runs, embedded and separate (default: %(default)s)")
@@ -645,7 +646,8 @@ def main(argv: list[str]) -> int:
             f"- Machine: {machine['node']}, nproc {machine['nproc']}, {machine['cpu_model']}, "
             f"{fmt(machine['mem_total_gib'], '.1f')} GiB RAM, Linux {machine['kernel']}; {pin}; "
             f"load average {load_before[0]:.2f} before, {load_after[0]:.2f} after",
-            f"- Settings: size {args.size}, window {args.window}, negative {args.negative}, min-count {args.min_count}, "
+            f"- Settings: {'CBOW (gensim sg=0, cbow_mean=1)' if args.cbow else 'skip-gram'}, "
+            f"size {args.size}, window {args.window}, negative {args.negative}, min-count {args.min_count}, "
             f"sample {args.sample:g}, alpha {args.alpha:g}, iter {args.iter}, threads {args.threads}, "
             f"shards {args.shards} separate (ps-shard --threads {args.shard_threads}), {args.embedded_shards} embedded"
             + (f", Colonnade {shlex.join(args.colonnade_extra)}" if args.colonnade_extra else "")

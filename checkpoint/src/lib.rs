@@ -34,6 +34,9 @@ pub struct SliceSpec {
     pub negative: u32,
     pub sampling_power: f32,
     pub init_seed: u64,
+    /// CBOW instead of skip-gram (absent in files written before it: false).
+    #[serde(default)]
+    pub cbow: bool,
 }
 
 impl SliceSpec {

@@ -10,6 +10,7 @@ fn spec(rows: u64, cols: u32) -> SliceSpec {
         negative: 5,
         sampling_power: 0.75,
         init_seed: 1,
+        cbow: false,
     }
 }
 

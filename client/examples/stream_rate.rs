@@ -35,7 +35,7 @@ fn main() -> anyhow::Result<()> {
     };
     let former = BatchFormer::new(keep, 5, 256, 1, 0, schedule);
     let params = StreamParams {
-        corpus: vec![corpus],
+        source: colonnade_client::stream::Source::Text(vec![corpus]),
         iter,
         worker_index: 0,
         num_workers: 1,

@@ -7,6 +7,7 @@ use crate::recovery::{recoverable, Cluster, GrpcCheckpointer, Session};
 use crate::shards::{
     connect_all, create_model, model_spec, EmbeddedCluster, GrpcShard, GrpcShards,
 };
+use crate::stream::{GraphSource, Source};
 use crate::train::{report, train, NoCheckpoints, Progress, Tracker, TrainParams, TrainSummary};
 use anyhow::{bail, Context};
 use clap::{Args, Parser, Subcommand};
@@ -15,6 +16,8 @@ use colonnade_common::vocab::{Counter, Vocab};
 use colonnade_exporter::cli::{ExportArgs, OutputArgs};
 use colonnade_exporter::outputs::{check_outputs, FlagPath};
 use colonnade_exporter::{export, ShardHandle};
+use colonnade_graph::walk::{WalkParams, Walks};
+use colonnade_graph::Graph;
 use colonnade_ps_shard::InProcessShards;
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -99,8 +102,10 @@ impl From<InvalidUtf8Arg> for InvalidUtf8 {
 pub struct TrainArgs {
     /// Corpus files: whitespace-separated UTF-8 tokens, plain or compressed
     /// with gzip, xz, zstd or bzip2 (detected from the content).
-    #[arg(long, env = "COLONNADE_CORPUS", value_delimiter = ',', num_args = 1.., required = true)]
+    #[arg(long, env = "COLONNADE_CORPUS", value_delimiter = ',', num_args = 1.., required_unless_present = "graph")]
     pub corpus: Vec<PathBuf>,
+    #[command(flatten)]
+    pub graph: GraphArgs,
     /// Run this many shards inside this process. Training calls them
     /// directly (no encoding, no sockets); export reads them over gRPC on
     /// loopback.
@@ -125,12 +130,21 @@ pub struct TrainArgs {
     /// Maximum skip length between words.
     #[arg(long, env = "COLONNADE_WINDOW", default_value_t = 5)]
     pub window: u32,
-    /// Negative examples per context word.
+    /// Negative examples per context word (CBOW: per input position).
     #[arg(long, env = "COLONNADE_NEGATIVE", default_value_t = 5)]
     pub negative: u32,
-    /// Discard words seen fewer times (when counting the corpus).
-    #[arg(long, env = "COLONNADE_MIN_COUNT", default_value_t = 5)]
-    pub min_count: u64,
+    /// Train CBOW (word2vec's -cbow 1, gensim's sg=0 with cbow_mean=1): the
+    /// mean of a position's context words' input vectors predicts its word,
+    /// instead of skip-gram. The shards average their own columns, so only
+    /// dot products and weights cross the wire, one set per position. Part
+    /// of the model's identity (its fingerprint).
+    #[arg(long, env = "COLONNADE_CBOW")]
+    pub cbow: bool,
+    /// Discard words seen fewer times (when counting the corpus; with
+    /// --graph, nodes seen fewer times in the walks) [default: 5; 1 with
+    /// --graph, so every node gets a vector].
+    #[arg(long, env = "COLONNADE_MIN_COUNT")]
+    pub min_count: Option<u64>,
     /// Keep at most this many of the most frequent words (when counting).
     #[arg(long, env = "COLONNADE_MAX_VOCAB")]
     pub max_vocab: Option<usize>,
@@ -213,6 +227,153 @@ pub struct TrainArgs {
     pub invalid_utf8: InvalidUtf8Arg,
     #[command(flatten)]
     pub out: OutputArgs,
+}
+
+impl TrainArgs {
+    /// --min-count, or its default: 5 for text, 1 for a graph's nodes.
+    pub fn min_count(&self) -> u64 {
+        self.min_count
+            .unwrap_or(if self.graph.graph.is_some() { 1 } else { 5 })
+    }
+}
+
+/// `colonnade train --graph`: random walks over a graph as the corpus.
+#[derive(Args, Debug, Clone)]
+pub struct GraphArgs {
+    /// Train on random walks over this graph instead of a text corpus
+    /// (DeepWalk; node2vec with --p/--q): an edge list, one `u v` or
+    /// `u v weight` line per edge, node ids any strings, plain or
+    /// compressed. Walks are generated from --seed while training, no walk
+    /// file is needed; the vocabulary is the nodes, counted in the walks;
+    /// the node ids are the words of the outputs.
+    #[arg(long, env = "COLONNADE_GRAPH", conflicts_with_all = ["corpus", "vocab"])]
+    pub graph: Option<PathBuf>,
+    /// Walks started at every node in each epoch [default: 10].
+    #[arg(long, env = "COLONNADE_WALKS_PER_NODE", requires = "graph")]
+    pub walks_per_node: Option<u32>,
+    /// Nodes per walk, the start included [default: 40].
+    #[arg(long, env = "COLONNADE_WALK_LENGTH", requires = "graph")]
+    pub walk_length: Option<u32>,
+    /// node2vec's return parameter: a step back to the previous node weighs
+    /// 1/p [default: 1].
+    #[arg(long, env = "COLONNADE_P", requires = "graph")]
+    pub p: Option<f32>,
+    /// node2vec's in-out parameter: a step to a node not adjacent to the
+    /// previous one weighs 1/q [default: 1].
+    #[arg(long, env = "COLONNADE_Q", requires = "graph")]
+    pub q: Option<f32>,
+    /// The edge list's edges are directed (`u v` is u -> v only); walks end
+    /// at nodes with no out-edges.
+    #[arg(long, env = "COLONNADE_DIRECTED", requires = "graph")]
+    pub directed: bool,
+    /// Also write the first epoch's walks here, one per line, node ids
+    /// separated by spaces (to feed the same walks to another tool).
+    #[arg(long, env = "COLONNADE_SAVE_WALKS", requires = "graph")]
+    pub save_walks: Option<PathBuf>,
+}
+
+impl GraphArgs {
+    pub fn walk_params(&self) -> WalkParams {
+        WalkParams {
+            walks_per_node: self.walks_per_node.unwrap_or(10),
+            walk_length: self.walk_length.unwrap_or(40),
+            p: self.p.unwrap_or(1.0),
+            q: self.q.unwrap_or(1.0),
+        }
+    }
+}
+
+/// Loads the graph, counts its nodes in the first epoch's walks and builds
+/// the vocabulary from those counts; writes --save-walks.
+fn graph_source(
+    path: &std::path::Path,
+    g: &GraphArgs,
+    seed: u64,
+    min_count: u64,
+    max_vocab: Option<usize>,
+) -> anyhow::Result<(Vocab, Source)> {
+    let start = Instant::now();
+    let graph = Graph::load(path, g.directed)?;
+    let stats = graph.stats();
+    tracing::info!(
+        file = %path.display(),
+        nodes = graph.nodes(),
+        edges = stats.edges,
+        self_loops_left_out = stats.self_loops,
+        weighted = stats.weighted,
+        directed = g.directed,
+        layout = %human_bytes(graph.layout_bytes()),
+        seconds = format!("{:.2}", start.elapsed().as_secs_f64()),
+        "graph loaded"
+    );
+    let walks = g.walk_params();
+    let start = Instant::now();
+    let counts = Walks::new(&graph, walks, seed).count(0);
+    let tokens: u64 = counts.iter().sum();
+    let pairs = graph
+        .names()
+        .iter()
+        .zip(&counts)
+        .filter(|&(_, &c)| c >= min_count.max(1))
+        .map(|(n, &c)| (n.clone(), c))
+        .collect();
+    let vocab = Vocab::from_pairs(pairs, max_vocab)?;
+    if vocab.len() < 2 {
+        bail!(
+            "{}: {} node(s) occur at least --min-count {min_count} times in the walks; training needs at least 2",
+            path.display(),
+            vocab.len()
+        );
+    }
+    tracing::info!(
+        walks = u64::from(walks.walks_per_node) * graph.nodes() as u64,
+        tokens,
+        kept = vocab.len(),
+        min_count,
+        seconds = format!("{:.2}", start.elapsed().as_secs_f64()),
+        "walks counted"
+    );
+    let vocab_ids = graph
+        .names()
+        .iter()
+        .map(|n| vocab.id(n).unwrap_or(u32::MAX))
+        .collect();
+    let source = Arc::new(GraphSource {
+        graph,
+        walks,
+        seed,
+        vocab_ids,
+    });
+    if let Some(out) = &g.save_walks {
+        save_walks(&source, out)?;
+    }
+    Ok((vocab, Source::Walks(source)))
+}
+
+/// Writes the first epoch's walks, one per line, node ids by name.
+fn save_walks(source: &GraphSource, path: &std::path::Path) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    let file = fs_err::File::create(path)?;
+    let mut out = std::io::BufWriter::with_capacity(1 << 20, file);
+    let names = source.graph.names();
+    source
+        .walks()
+        .for_each(
+            0,
+            |_| true,
+            |_, walk| {
+                let mut sep = "";
+                for &v in walk {
+                    write!(out, "{sep}{}", names[v as usize])?;
+                    sep = " ";
+                }
+                writeln!(out)?;
+                Ok::<_, std::io::Error>(true)
+            },
+        )
+        .and_then(|_| out.flush())
+        .with_context(|| format!("cannot write --save-walks {}", path.display()))?;
+    Ok(())
 }
 
 fn available_threads() -> usize {
@@ -311,7 +472,9 @@ pub async fn run_train(args: TrainArgs) -> anyhow::Result<TrainSummary> {
     // Everything that can be checked without reading the corpus is checked
     // first: flags, corpus files, outputs, then the running shards.
     validate(&args)?;
-    check_corpus(&args.corpus, args.vocab.is_some(), args.iter)?;
+    if args.graph.graph.is_none() {
+        check_corpus(&args.corpus, args.vocab.is_some(), args.iter)?;
+    }
     check_train_outputs(&args)?;
     let timeout = Duration::from_secs(args.connect_timeout_secs);
     let remote = if args.embedded_shards.is_none() {
@@ -319,31 +482,41 @@ pub async fn run_train(args: TrainArgs) -> anyhow::Result<TrainSummary> {
     } else {
         Vec::new()
     };
-    let vocab = match &args.vocab {
-        Some(path) => Vocab::load(path)?,
-        None => {
-            tokio::task::block_in_place(|| {
+    let (vocab, source) = match (&args.graph.graph, &args.vocab) {
+        (Some(graph), _) => tokio::task::block_in_place(|| {
+            graph_source(
+                graph,
+                &args.graph,
+                args.seed,
+                args.min_count(),
+                args.max_vocab,
+            )
+        })?,
+        (None, Some(path)) => (Vocab::load(path)?, Source::Text(args.corpus.clone())),
+        (None, None) => {
+            let (vocab, _) = tokio::task::block_in_place(|| {
                 count_vocab(
                     &args.corpus,
-                    args.min_count,
+                    args.min_count(),
                     args.max_vocab,
                     args.invalid_utf8.into(),
                 )
-            })?
-            .0
+            })?;
+            (vocab, Source::Text(args.corpus.clone()))
         }
     };
     if let Some(path) = &args.save_vocab {
         vocab.save(path)?;
     }
     let vocab = Arc::new(vocab);
-    let spec = model_spec(
+    let mut spec = model_spec(
         &vocab,
         args.size,
         args.negative,
         args.sampling_power,
         args.seed,
     );
+    spec.cbow = args.cbow;
     let shard_count = args.embedded_shards.unwrap_or(remote.len());
     check_memory(&spec, shard_count, args.embedded_shards.is_some())?;
     let threads = args.threads.unwrap_or_else(available_threads).max(1);
@@ -395,6 +568,7 @@ pub async fn run_train(args: TrainArgs) -> anyhow::Result<TrainSummary> {
         num_workers: args.num_workers,
         max_sentence: DEFAULT_MAX_SENTENCE,
         invalid_utf8: args.invalid_utf8.into(),
+        cbow: args.cbow,
     };
     let progress = Arc::new(Progress::default());
     // In-vocabulary words this worker reads over all epochs: what the
@@ -405,7 +579,6 @@ pub async fn run_train(args: TrainArgs) -> anyhow::Result<TrainSummary> {
         expected,
         std::io::stderr().is_terminal(),
     ));
-    let corpus = args.corpus.clone();
     let result = match embedded.as_ref().filter(|_| in_process) {
         Some(cluster) => {
             let cores: Vec<_> = cluster.shards.iter().map(|s| Arc::clone(&s.core)).collect();
@@ -413,7 +586,7 @@ pub async fn run_train(args: TrainArgs) -> anyhow::Result<TrainSummary> {
             train(
                 shards,
                 Arc::clone(&vocab),
-                corpus,
+                source,
                 params.clone(),
                 Arc::clone(&progress),
                 Arc::default(),
@@ -430,7 +603,7 @@ pub async fn run_train(args: TrainArgs) -> anyhow::Result<TrainSummary> {
                 worker: args.worker_index,
                 num_workers: args.num_workers,
             };
-            train_over_grpc(&args, &cluster, corpus, &params, &progress).await
+            train_over_grpc(&args, &cluster, source, &params, &progress).await
         }
     };
     progress.finish();
@@ -512,7 +685,7 @@ pub async fn run_train(args: TrainArgs) -> anyhow::Result<TrainSummary> {
 async fn train_over_grpc(
     args: &TrainArgs,
     cluster: &Cluster,
-    corpus: Vec<PathBuf>,
+    source: Source,
     params: &TrainParams,
     progress: &Arc<Progress>,
 ) -> anyhow::Result<TrainSummary> {
@@ -576,7 +749,7 @@ async fn train_over_grpc(
                     train(
                         shards,
                         Arc::clone(&cluster.vocab),
-                        corpus.clone(),
+                        source.clone(),
                         params.clone(),
                         Arc::clone(progress),
                         Arc::clone(&tracker),
@@ -588,7 +761,7 @@ async fn train_over_grpc(
                     train(
                         shards,
                         Arc::clone(&cluster.vocab),
-                        corpus.clone(),
+                        source.clone(),
                         params.clone(),
                         Arc::clone(progress),
                         Arc::clone(&tracker),
@@ -807,6 +980,12 @@ fn validate(args: &TrainArgs) -> anyhow::Result<()> {
     if args.iter == 0 {
         bail!("--iter must be at least 1");
     }
+    if args.graph.graph.is_some() {
+        args.graph
+            .walk_params()
+            .check()
+            .map_err(anyhow::Error::msg)?;
+    }
     if args.minibatch == 0 {
         bail!("--minibatch must be at least 1");
     }
@@ -839,7 +1018,13 @@ fn check_train_outputs(args: &TrainArgs) -> anyhow::Result<()> {
     if let Some(v) = &args.vocab {
         inputs.push(FlagPath::new("--vocab", v));
     }
+    if let Some(g) = &args.graph.graph {
+        inputs.push(FlagPath::new("--graph", g));
+    }
     let mut outputs = args.out.paths();
+    if let Some(p) = &args.graph.save_walks {
+        outputs.push(FlagPath::new("--save-walks", p));
+    }
     if let Some(p) = &args.save_vocab {
         outputs.push(FlagPath::new("--save-vocab", p));
     }
@@ -897,11 +1082,22 @@ fn attributes(
     summary: &TrainSummary,
     shards: usize,
 ) -> colonnade_formats::Provenance {
-    let config = serde_json::json!({ "params": params, "corpus": args.corpus, "summary": summary });
+    let graph = args.graph.graph.as_ref().map(|path| {
+        let w = args.graph.walk_params();
+        serde_json::json!({
+            "path": path,
+            "directed": args.graph.directed,
+            "walks_per_node": w.walks_per_node,
+            "walk_length": w.walk_length,
+            "p": w.p,
+            "q": w.q,
+        })
+    });
+    let config = serde_json::json!({ "params": params, "corpus": args.corpus, "graph": graph, "summary": summary });
     colonnade_formats::Provenance {
         training: Some(colonnade_formats::Training {
             window: args.window.into(),
-            min_count: args.min_count,
+            min_count: args.min_count(),
             sample: args.sample,
             alpha: args.alpha.into(),
             iter: args.iter.into(),

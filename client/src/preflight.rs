@@ -169,6 +169,7 @@ mod tests {
             negative: 5,
             sampling_power: 0.75,
             init_seed: 1,
+            cbow: false,
         }
     }
 

@@ -276,7 +276,10 @@ impl ModelShards for GrpcShards {
             async move { client.dotprod(req).await }
         }))
         .await;
-        let expected: usize = mbs.iter().map(|mb| mb.pairs() * (self.negative + 1)).sum();
+        let expected: usize = mbs
+            .iter()
+            .map(|mb| mb.examples() * (self.negative + 1))
+            .sum();
         for (i, resp) in responses.into_iter().enumerate() {
             let resp = resp
                 .map_err(|e| self.failed(i, "dotprod", &e))?
@@ -382,6 +385,7 @@ pub fn model_spec(
         negative,
         sampling_power,
         init_seed,
+        cbow: false,
     }
 }
 

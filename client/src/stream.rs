@@ -26,6 +26,8 @@ use colonnade_common::corpus::{InvalidUtf8, SentenceReader, INVALID_UTF8_WARNING
 use colonnade_common::seeds::{self, derive, Purpose};
 use colonnade_common::sgns::learning_rate;
 use colonnade_common::vocab::Vocab;
+use colonnade_graph::walk::{WalkParams, Walks};
+use colonnade_graph::Graph;
 use colonnade_proto::domain::Segment;
 use colonnade_proto::{Minibatch, MinibatchId};
 use rand::RngCore;
@@ -62,6 +64,8 @@ pub struct BatchFormer {
     radius: Vec<u32>,
     /// The minibatch being filled.
     current: Minibatch,
+    /// Form CBOW minibatches.
+    cbow: bool,
 }
 
 impl BatchFormer {
@@ -87,7 +91,14 @@ impl BatchFormer {
             kept: Vec::new(),
             radius: Vec::new(),
             current: Minibatch::default(),
+            cbow: false,
         }
+    }
+
+    /// Forms CBOW minibatches (the same windows; see [`Minibatch::cbow`]).
+    pub fn cbow(mut self, cbow: bool) -> Self {
+        self.cbow = cbow;
+        self
     }
 
     /// Subsamples sentence `sentence` of `epoch` (its in-vocabulary `ids`)
@@ -131,6 +142,7 @@ impl BatchFormer {
                     (self.epoch, self.seq) = (epoch, 0);
                 }
                 let current = &mut self.current;
+                current.cbow = self.cbow;
                 current.id = MinibatchId {
                     worker: self.worker,
                     epoch,
@@ -213,9 +225,35 @@ pub struct Job {
     pub trained_words: u64,
 }
 
+/// What a worker's sentences come from.
+#[derive(Clone)]
+pub enum Source {
+    /// Text corpus files, read in order every epoch.
+    Text(Vec<PathBuf>),
+    /// Random walks over a graph, generated from the run seed.
+    Walks(Arc<GraphSource>),
+}
+
+/// A graph, its walks, and each node's vocabulary id.
+pub struct GraphSource {
+    pub graph: Graph,
+    pub walks: WalkParams,
+    /// The run seed the walks derive from.
+    pub seed: u64,
+    /// Per node: its vocabulary id, or `u32::MAX` when it is not in the
+    /// vocabulary (seen fewer than --min-count times).
+    pub vocab_ids: Vec<u32>,
+}
+
+impl GraphSource {
+    pub fn walks(&self) -> Walks<'_> {
+        Walks::new(&self.graph, self.walks, self.seed)
+    }
+}
+
 /// What the stream of one worker is made from.
 pub struct StreamParams {
-    pub corpus: Vec<PathBuf>,
+    pub source: Source,
     pub iter: u32,
     pub worker_index: u64,
     pub num_workers: u64,
@@ -234,6 +272,70 @@ pub struct Skip {
     pub last: Option<MinibatchId>,
 }
 
+/// Sentences to jobs: fills the job being formed, hands it on when it holds
+/// [`JOB_WORDS`] words (dropping the jobs a resumed worker trained before).
+struct Jobs<'a, F: FnMut(Job) -> bool> {
+    former: BatchFormer,
+    job: Job,
+    next_index: u64,
+    skip: Skip,
+    last_skipped: Option<MinibatchId>,
+    send: &'a mut F,
+}
+
+impl<F: FnMut(Job) -> bool> Jobs<'_, F> {
+    /// Adds sentence `index` of `epoch`: `tokens` read, `ids` of them in
+    /// the vocabulary. False when training stopped.
+    fn add(&mut self, epoch: u64, index: u64, tokens: usize, ids: &[u32]) -> anyhow::Result<bool> {
+        let job = &mut self.job;
+        let kept = self
+            .former
+            .add_sentence(epoch, index, ids, &mut job.minibatches);
+        job.tokens += tokens as u64;
+        job.words += ids.len() as u64;
+        job.trained_words += kept as u64;
+        if job.words >= JOB_WORDS {
+            return self.emit();
+        }
+        Ok(true)
+    }
+
+    /// Sends the job being formed (or drops it while skipping).
+    fn emit(&mut self) -> anyhow::Result<bool> {
+        let mut job = std::mem::take(&mut self.job);
+        job.index = self.next_index;
+        self.next_index += 1;
+        if job.index < self.skip.jobs {
+            if let Some(m) = job.minibatches.last() {
+                self.last_skipped = Some(m.id);
+            }
+            return Ok(true);
+        }
+        if job.index == self.skip.jobs && self.skip.jobs > 0 && self.last_skipped != self.skip.last
+        {
+            anyhow::bail!(
+                "cannot resume: the checkpoint's position (job {}, last minibatch {:?}) does not \
+                 match this worker's stream (last minibatch {:?}): the corpus, the vocabulary, \
+                 the worker split or the training flags changed since the checkpoint; give the \
+                 same ones, or --restart",
+                self.skip.jobs,
+                self.skip.last,
+                self.last_skipped
+            );
+        }
+        Ok((self.send)(job))
+    }
+
+    /// Sends what is left.
+    fn finish(mut self) -> anyhow::Result<()> {
+        self.former.flush(&mut self.job.minibatches);
+        if self.job.tokens > 0 || !self.job.minibatches.is_empty() {
+            self.emit()?;
+        }
+        Ok(())
+    }
+}
+
 /// Forms this worker's minibatches of every epoch, in order, sending them in
 /// jobs of ~[`JOB_WORDS`] words; stops early (without error) when the
 /// receiving side closes. Returns the sentences skipped for invalid UTF-8 in
@@ -242,76 +344,67 @@ pub struct Skip {
 pub fn form_minibatches(
     p: &StreamParams,
     vocab: &Vocab,
-    mut former: BatchFormer,
+    former: BatchFormer,
     mut send: impl FnMut(Job) -> bool,
 ) -> anyhow::Result<u64> {
-    let mut skipped = 0u64;
-    let mut job = Job::default();
-    let mut last_skipped: Option<MinibatchId> = None;
-    // Sends the job (or drops it while skipping); false when training stopped.
-    let mut emit = |job: Job| -> anyhow::Result<bool> {
-        if job.index < p.skip.jobs {
-            if let Some(m) = job.minibatches.last() {
-                last_skipped = Some(m.id);
-            }
-            return Ok(true);
-        }
-        if job.index == p.skip.jobs && p.skip.jobs > 0 && last_skipped != p.skip.last {
-            anyhow::bail!(
-                "cannot resume: the checkpoint's position (job {}, last minibatch {:?}) does not \
-                 match this worker's stream (last minibatch {:?}): the corpus, the vocabulary, \
-                 the worker split or the training flags changed since the checkpoint; give the \
-                 same ones, or --restart",
-                p.skip.jobs,
-                p.skip.last,
-                last_skipped
-            );
-        }
-        Ok(send(job))
+    let mut jobs = Jobs {
+        former,
+        job: Job::default(),
+        next_index: 0,
+        skip: p.skip,
+        last_skipped: None,
+        send: &mut send,
     };
-    let mut job_index = 0u64;
+    let mine = |index: u64| index % p.num_workers == p.worker_index;
+    let mut skipped = 0u64;
+    let mut ids = Vec::new();
     for epoch in 0..u64::from(p.iter) {
-        let mut sentence = 0u64;
-        for path in &p.corpus {
-            let warnings = if epoch == 0 {
-                INVALID_UTF8_WARNINGS.saturating_sub(skipped)
-            } else {
-                0
-            };
-            let mut reader = SentenceReader::open(path, p.max_sentence)?
-                .invalid_utf8(p.invalid_utf8)
-                .warn_limit(warnings);
-            let mut ids = Vec::new();
-            while let Some(s) = reader.next_sentence()? {
-                let index = sentence;
-                sentence += 1;
-                if index % p.num_workers != p.worker_index {
-                    continue;
-                }
-                ids.clear();
-                ids.extend(s.tokens().filter_map(|t| vocab.id(t)));
-                let kept = former.add_sentence(epoch, index, &ids, &mut job.minibatches);
-                job.tokens += s.len() as u64;
-                job.words += ids.len() as u64;
-                job.trained_words += kept as u64;
-                if job.words >= JOB_WORDS {
-                    job.index = job_index;
-                    job_index += 1;
-                    if !emit(std::mem::take(&mut job))? {
-                        return Ok(skipped); // training stopped; its error is reported instead
+        match &p.source {
+            Source::Text(corpus) => {
+                let mut sentence = 0u64;
+                for path in corpus {
+                    let warnings = if epoch == 0 {
+                        INVALID_UTF8_WARNINGS.saturating_sub(skipped)
+                    } else {
+                        0
+                    };
+                    let mut reader = SentenceReader::open(path, p.max_sentence)?
+                        .invalid_utf8(p.invalid_utf8)
+                        .warn_limit(warnings);
+                    while let Some(s) = reader.next_sentence()? {
+                        let index = sentence;
+                        sentence += 1;
+                        if !mine(index) {
+                            continue;
+                        }
+                        ids.clear();
+                        ids.extend(s.tokens().filter_map(|t| vocab.id(t)));
+                        if !jobs.add(epoch, index, s.len(), &ids)? {
+                            return Ok(skipped); // training stopped; its error is reported instead
+                        }
+                    }
+                    if epoch == 0 {
+                        skipped += reader.skipped();
                     }
                 }
             }
-            if epoch == 0 {
-                skipped += reader.skipped();
+            Source::Walks(g) => {
+                let go_on = g.walks().for_each(epoch, mine, |index, walk| {
+                    ids.clear();
+                    ids.extend(
+                        walk.iter()
+                            .map(|&v| g.vocab_ids[v as usize])
+                            .filter(|&id| id != u32::MAX),
+                    );
+                    jobs.add(epoch, index, walk.len(), &ids)
+                })?;
+                if !go_on {
+                    return Ok(skipped);
+                }
             }
         }
     }
-    former.flush(&mut job.minibatches);
-    if job.tokens > 0 || !job.minibatches.is_empty() {
-        job.index = job_index;
-        emit(job)?;
-    }
+    jobs.finish()?;
     Ok(skipped)
 }
 

@@ -6,7 +6,7 @@
 //! the weights α(1−σ(F⁺)) and −ασ(F⁻) (and the loss) computed here, then
 //! `adjust` on every shard with the same seed.
 
-use crate::stream::{form_minibatches, BatchFormer, Job, Schedule, Skip, StreamParams};
+use crate::stream::{form_minibatches, BatchFormer, Job, Schedule, Skip, Source, StreamParams};
 use anyhow::{bail, Context};
 use colonnade_common::corpus::InvalidUtf8;
 use colonnade_common::kernels::dot;
@@ -15,7 +15,6 @@ use colonnade_common::vocab::Vocab;
 use colonnade_proto::{scaled_weight, Minibatch, MinibatchId, ModelShards, DIVERGED_DOT};
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -41,6 +40,8 @@ pub struct TrainParams {
     /// What to do with a sentence holding invalid UTF-8 (as when counting).
     #[serde(serialize_with = "serialize_display")]
     pub invalid_utf8: InvalidUtf8,
+    /// CBOW instead of skip-gram (the model's spec must say the same).
+    pub cbow: bool,
 }
 
 fn serialize_display<T: std::fmt::Display, S: serde::Serializer>(
@@ -265,14 +266,14 @@ pub struct TrainSummary {
     pub checkpoint_pause_max_seconds: f64,
 }
 
-/// Trains on `corpus` through `shards` (a handle on the model's shards;
+/// Trains on `source` through `shards` (a handle on the model's shards;
 /// each pipeline gets its own from [`ModelShards::pipeline`]), from the
 /// position `tracker` holds (it follows the jobs done, also when training
 /// fails); `checkpointer` takes checkpoints while the pipelines are idle.
 pub async fn train<S: ModelShards, C: Checkpointer>(
     shards: S,
     vocab: Arc<Vocab>,
-    corpus: Vec<PathBuf>,
+    source: Source,
     params: TrainParams,
     progress: Arc<Progress>,
     tracker: Arc<Tracker>,
@@ -321,9 +322,10 @@ pub async fn train<S: ModelShards, C: Checkpointer>(
             params.seed,
             params.worker_index,
             schedule,
-        );
+        )
+        .cbow(params.cbow);
         let stream = StreamParams {
-            corpus,
+            source,
             iter: params.iter,
             worker_index: params.worker_index,
             num_workers: params.num_workers,
@@ -462,7 +464,8 @@ async fn pipeline<S: ModelShards>(
 
 /// The SGNS step of one pipeline, and its buffers.
 struct Sgns {
-    /// Per pair: 1 + negatives dot products (pair-major).
+    /// Per example (a skip-gram pair, a CBOW position): 1 + negatives dot
+    /// products (example-major).
     per_pair: usize,
     dots: Vec<f32>,
     /// The weights ÷ α, as they travel (see [`ModelShards::adjust`]).
@@ -492,7 +495,7 @@ impl Sgns {
         progress: &Progress,
     ) -> anyhow::Result<()> {
         let (sent0, received0) = shards.wire_bytes();
-        let expected: usize = mbs.iter().map(|mb| mb.pairs() * self.per_pair).sum();
+        let expected: usize = mbs.iter().map(|mb| mb.examples() * self.per_pair).sum();
         let mut losses = std::mem::take(&mut self.losses);
         losses.clear();
         if shards.fused_step(mbs, &mut self.dots).await? {
@@ -500,7 +503,7 @@ impl Sgns {
             self.check_count(expected, mbs.len())?;
             let mut offset = 0;
             for mb in mbs {
-                let n = mb.pairs() * self.per_pair;
+                let n = mb.examples() * self.per_pair;
                 self.check_diverged(mb, offset..offset + n)?;
                 losses.push(self.sampled_loss(mb, offset..offset + n));
                 offset += n;
@@ -511,7 +514,7 @@ impl Sgns {
             self.scaled.clear();
             let mut offset = 0;
             for mb in mbs {
-                let n = mb.pairs() * self.per_pair;
+                let n = mb.examples() * self.per_pair;
                 losses.push(self.weights(mb, offset..offset + n)?);
                 offset += n;
             }
@@ -603,7 +606,7 @@ impl Sgns {
                 loss += f64::from(neg_log_sigmoid(-f));
             }
         }
-        Some((loss, mb.pairs()))
+        Some((loss, mb.examples()))
     }
 }
 

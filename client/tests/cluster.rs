@@ -306,7 +306,7 @@ async fn shard_with_another_vocabulary_is_refused() {
     let err = colonnade_client::train::train(
         GrpcShards::new(clients.clone(), other_fp, 4),
         Arc::new(other),
-        vec![corpus.clone()],
+        colonnade_client::stream::Source::Text(vec![corpus.clone()]),
         p,
         Arc::default(),
         Arc::default(),
@@ -388,6 +388,7 @@ async fn create_model_over_the_limit_is_refused_before_the_counts() {
             negative: 5,
             sampling_power: 0.75,
             init_seed: 1,
+            cbow: false,
         }),
         counts_offset: 0,
         counts: colonnade_proto::encode_u64(&[5; 1000]),

@@ -154,7 +154,9 @@ async fn stepped(
     p.worker_index = worker;
     p.num_workers = workers;
     let core = [Arc::new(ShardCore::new(None))];
-    let spec = colonnade_client::shards::model_spec(vocab, common::DIM, p.negative, 0.75, p.seed);
+    let mut spec =
+        colonnade_client::shards::model_spec(vocab, common::DIM, p.negative, 0.75, p.seed);
+    spec.cbow = p.cbow;
     let shard = colonnade_ps_shard::ShardSpec {
         model: spec.clone(),
         col_start: 0,
@@ -169,7 +171,7 @@ async fn stepped(
     let summary = train(
         shards,
         Arc::clone(vocab),
-        vec![corpus.to_path_buf()],
+        colonnade_client::stream::Source::Text(vec![corpus.to_path_buf()]),
         p,
         Arc::new(Progress::default()),
         Arc::default(),

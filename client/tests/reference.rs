@@ -15,6 +15,11 @@
 //! Weights travel as half floats of G ÷ α (API 4); the reference rounds its
 //! own f64 weights the same way.
 //!
+//! CBOW (`p.cbow`) is the same loop read the other way round, as word2vec's
+//! `-cbow 1` with gensim's `cbow_mean`: per input position, the mean h of its
+//! context words' u rows is the input vector, its own word the positive, and
+//! every context word gets the position's whole Δh.
+//!
 //! The row step cap (a row in more than `cap` dot products of one minibatch,
 //! cap = max(ROW_STEP_CAP, the widest input position's dot products), has
 //! its summed update scaled by `cap / k`) is a design rule both sides share;
@@ -65,6 +70,58 @@ fn sigmoid(x: f64) -> f64 {
 struct Pending {
     items: Vec<(u32, Vec<u32>)>,
     seed: u64,
+    cbow: bool,
+}
+
+/// CBOW's dot products and deltas of one minibatch: per item, h = the mean
+/// of its context rows (f64), against its own word and negatives; Δh goes to
+/// every context word. Counts the dot products each row takes part in.
+#[allow(clippy::too_many_arguments)]
+fn cbow_dots(
+    u: &[f32],
+    v: &[f32],
+    batch: &Pending,
+    alpha: f32,
+    sampler: &AliasSampler,
+    negative: usize,
+    neg_rng: &mut ChaCha8Rng,
+    du: &mut [f32],
+    dv: &mut [f32],
+    k_u: &mut [usize],
+    k_v: &mut [usize],
+) {
+    let d = DIM as usize;
+    for (center, contexts) in &batch.items {
+        let mut h = vec![0.0f64; d];
+        for &c in contexts {
+            for (a, x) in h.iter_mut().zip(&u[c as usize * d..(c as usize + 1) * d]) {
+                *a += f64::from(*x);
+            }
+        }
+        h.iter_mut().for_each(|a| *a /= contexts.len() as f64);
+        let mut negs = vec![0u32; negative];
+        sampler.negatives(neg_rng, *center, &mut negs);
+        let mut dh = vec![0.0f32; d];
+        let targets =
+            std::iter::once((*center as usize, 1.0)).chain(negs.iter().map(|&x| (x as usize, 0.0)));
+        for (x, label) in targets {
+            k_v[x] += 1;
+            for &c in contexts {
+                k_u[c as usize] += 1;
+            }
+            let f: f64 = (0..d).map(|i| h[i] * f64::from(v[x * d + i])).sum();
+            let g = alpha * half::f16::from_f64(label - sigmoid(f)).to_f32();
+            for i in 0..d {
+                dh[i] += g * v[x * d + i];
+                dv[x * d + i] += g * h[i] as f32;
+            }
+        }
+        for &c in contexts {
+            for (a, b) in du[c as usize * d..(c as usize + 1) * d].iter_mut().zip(&dh) {
+                *a += b;
+            }
+        }
+    }
 }
 
 /// Plain SGNS over the corpus, one epoch per `p.iter`, deferred minibatch updates.
@@ -133,6 +190,7 @@ fn reference_train(
                 }
                 if pending.items.is_empty() {
                     pending.seed = derive(sentence_seed, Purpose::Minibatch, j as u64, 0);
+                    pending.cbow = p.cbow;
                 }
                 pending.items.push((kept[j], outputs));
                 if pending.items.len() == p.minibatch {
@@ -185,7 +243,22 @@ fn sgd_step(
     // At least ROW_STEP_CAP, and the dot products of the widest input position.
     let widest = batch.items.iter().map(|(_, o)| o.len()).max().unwrap_or(0);
     let cap = cap.then_some((widest * (negative + 1)).max(ROW_STEP_CAP as usize));
-    for (w_in, outputs) in &batch.items {
+    if batch.cbow {
+        cbow_dots(
+            u,
+            v,
+            batch,
+            alpha,
+            sampler,
+            negative,
+            &mut neg_rng,
+            &mut du,
+            &mut dv,
+            &mut k_u,
+            &mut k_v,
+        );
+    }
+    for (w_in, outputs) in batch.items.iter().filter(|_| !batch.cbow) {
         let w_in = *w_in as usize;
         for &w_out in outputs {
             let mut negs = vec![0u32; negative];
@@ -364,4 +437,60 @@ async fn different_seeds_give_different_models() {
     let a = assemble(&core, fa, Matrix::Input, v);
     let b = assemble(&core, fb, Matrix::Input, v);
     assert!(max_abs_diff(&a, &b) > 1e-3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cbow_matches_reference_for_one_two_and_three_shards() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let corpus = sample_corpus(dir.path(), 20_000);
+    let vocab = Arc::new(vocab_of(&corpus, 3));
+    let mut p = params(13);
+    p.cbow = true;
+    let reference = reference_train(&vocab, &corpus, &p, true);
+    let mut sg = p.clone();
+    sg.cbow = false;
+    let skip_gram = reference_train(&vocab, &corpus, &sg, true);
+    let v = vocab.len() as u64;
+
+    // One shard in process: the fused step.
+    let (fp, cores1, summary) = run_in_process(1, &vocab, &corpus, &p).await;
+    assert!(
+        summary.pairs > 10_000,
+        "trained only {} pairs",
+        summary.pairs
+    );
+    // Two shards in process, three over gRPC.
+    let (_, cores2, _) = run_in_process(2, &vocab, &corpus, &p).await;
+    let (spawned, grpc) = grpc_cluster(3).await;
+    let (fp3, _) = run(grpc, &vocab, &corpus, &p).await;
+    assert_eq!(fp3, fp);
+    let cores3: Vec<_> = spawned.iter().map(|s| Arc::clone(&s.core)).collect();
+
+    let scale = norm_scale(&reference.u).max(norm_scale(&reference.v));
+    let tol = 1e-4 * scale.max(1e-3);
+    for (name, cores) in [
+        ("1 shard in process", &cores1),
+        ("2 shards in process", &cores2),
+        ("3 shards over gRPC", &cores3),
+    ] {
+        for (m, matrix, want, other) in [
+            ("u", Matrix::Input, &reference.u, &skip_gram.u),
+            ("v", Matrix::Output, &reference.v, &skip_gram.v),
+        ] {
+            let got = assemble(cores, fp, matrix, v);
+            let diff = max_abs_diff(&got, want);
+            assert!(
+                diff <= tol,
+                "CBOW {name} {m}: max |distributed − reference| = {diff} > {tol}"
+            );
+            let off = max_abs_diff(&got, other);
+            assert!(
+                off > 100.0 * tol,
+                "CBOW {name} {m}: as close to the skip-gram reference ({off})"
+            );
+        }
+    }
+    for s in spawned {
+        s.stop().await;
+    }
 }

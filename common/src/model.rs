@@ -18,13 +18,17 @@ pub struct ModelSpec {
     pub sampling_power: f32,
     /// Seed of the initial input vectors.
     pub init_seed: u64,
+    /// CBOW (the mean of a position's context input vectors predicts its
+    /// word) instead of skip-gram.
+    pub cbow: bool,
 }
 
 impl ModelSpec {
     /// The fingerprint every training request carries. It covers the vocabulary,
     /// the counts that define the sampler (through the vocabulary fingerprint),
-    /// the dimension, the negatives, the sampling power and the init seed, and
-    /// not the column split, so every shard of one model holds the same value.
+    /// the dimension, the negatives, the sampling power, the init seed and the
+    /// objective (CBOW only: skip-gram fingerprints predate it), and not the
+    /// column split, so every shard of one model holds the same value.
     pub fn fingerprint(&self) -> u64 {
         let mut h = Xxh3::new();
         h.update(b"colonnade-model-v1");
@@ -34,6 +38,9 @@ impl ModelSpec {
         h.update(&self.negative.to_le_bytes());
         h.update(&self.sampling_power.to_bits().to_le_bytes());
         h.update(&self.init_seed.to_le_bytes());
+        if self.cbow {
+            h.update(b"cbow");
+        }
         h.digest()
     }
 }
@@ -95,6 +102,7 @@ mod tests {
             negative: 5,
             sampling_power: 0.75,
             init_seed: 1,
+            cbow: false,
         };
         let variants = [
             ModelSpec {
@@ -119,6 +127,10 @@ mod tests {
             },
             ModelSpec {
                 init_seed: 2,
+                ..base.clone()
+            },
+            ModelSpec {
+                cbow: true,
                 ..base.clone()
             },
         ];

@@ -16,6 +16,10 @@ pub enum Purpose {
     Sentence = 2,
     /// The negative-sample stream of one minibatch.
     Minibatch = 3,
+    /// The steps of one random walk over a graph in one epoch.
+    Walk = 4,
+    /// The order in which one round of walks visits the start nodes.
+    WalkOrder = 5,
 }
 
 /// Derives a 64-bit seed from the run seed, a purpose and two ids.

@@ -87,6 +87,7 @@ fn load_version(dirs: &[ModelDir], version: u64) -> anyhow::Result<(Vec<LoadedSl
             negative: h.spec.negative,
             sampling_power: h.spec.sampling_power,
             init_seed: h.spec.init_seed,
+            cbow: h.spec.cbow,
         };
         if h.model_fingerprint != d.fingerprint() {
             bail!(

@@ -46,6 +46,7 @@ pub fn model_provenance(spec: &ModelSpec, model_fingerprint: u64, shards: usize)
         negative: spec.negative.into(),
         init_seed: spec.init_seed,
         shards: shards as u64,
+        objective: if spec.cbow { "cbow" } else { "skip-gram" }.into(),
         training: None,
     }
 }

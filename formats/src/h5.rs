@@ -247,6 +247,7 @@ mod tests {
             negative: 5,
             init_seed: 7,
             shards: 2,
+            objective: "cbow".into(),
             training,
         }
     }
@@ -311,7 +312,12 @@ mod tests {
                 "{name}"
             );
         }
-        for name in ["colonnade_version", "vocab_fingerprint", "config_json"] {
+        for name in [
+            "colonnade_version",
+            "vocab_fingerprint",
+            "config_json",
+            "objective",
+        ] {
             assert_eq!(
                 descriptor(&file, name),
                 TypeDescriptor::VarLenUnicode,
@@ -353,6 +359,7 @@ mod tests {
                 "init_seed",
                 "model_fingerprint",
                 "negative",
+                "objective",
                 "shards",
                 "vocab_fingerprint"
             ]

@@ -26,6 +26,10 @@ pub struct Provenance {
     pub init_seed: u64,
     /// Number of shards the model was split over.
     pub shards: u64,
+    /// The training objective: `skip-gram` or `cbow` (files written before
+    /// CBOW existed have none: skip-gram).
+    #[serde(default = "skip_gram")]
+    pub objective: String,
     /// The run that trained the model: known to `train` only.
     #[serde(flatten)]
     pub training: Option<Training>,
@@ -57,6 +61,10 @@ pub struct Training {
     /// `{"params": …, "corpus": [files], "summary": …}` as JSON text: the
     /// full training parameters and run summary.
     pub config_json: String,
+}
+
+fn skip_gram() -> String {
+    "skip-gram".into()
 }
 
 /// A `u64` as exactly 16 lowercase hex digits.

@@ -141,6 +141,7 @@ impl From<&ShardSpec> for v1::ModelSpec {
             negative: s.model.negative,
             sampling_power: s.model.sampling_power,
             init_seed: s.model.init_seed,
+            cbow: s.model.cbow,
         }
     }
 }
@@ -155,6 +156,7 @@ impl From<&v1::ModelSpec> for ShardSpec {
                 negative: s.negative,
                 sampling_power: s.sampling_power,
                 init_seed: s.init_seed,
+                cbow: s.cbow,
             },
             col_start: s.col_start,
             col_end: s.col_end,
@@ -347,6 +349,11 @@ impl Windows {
 /// fixed when forming it (identity, learning rate, where it starts). The
 /// seed, the learning rate and the words cross the wire: as [`Windows`] when
 /// the minibatch has them (what the client forms), else as explicit pairs.
+///
+/// Skip-gram reads it as (input word, context word) pairs, each one example.
+/// CBOW ([`Minibatch::cbow`]) reads the same words the other way round: each
+/// input position is one example, the mean of its context words' input
+/// vectors against the position's own word.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Minibatch {
     pub id: MinibatchId,
@@ -367,12 +374,25 @@ pub struct Minibatch {
     /// the kept position in it of the first input.
     pub sentence: u64,
     pub position: u64,
+    /// A CBOW minibatch (travels; a shard refuses it for a skip-gram model
+    /// and the other way round).
+    pub cbow: bool,
 }
 
 impl Minibatch {
     /// Its (input, output) pairs.
     pub fn pairs(&self) -> usize {
         self.outputs.len()
+    }
+
+    /// Its training examples, each with 1 + negative dot products:
+    /// skip-gram, one per pair; CBOW, one per input position.
+    pub fn examples(&self) -> usize {
+        if self.cbow {
+            self.inputs.len()
+        } else {
+            self.outputs.len()
+        }
     }
 
     /// Names this minibatch for messages: its identity and where it starts.
@@ -393,6 +413,7 @@ impl Minibatch {
             model_fingerprint: fingerprint,
             seed: self.seed,
             alpha: self.alpha,
+            cbow: self.cbow,
             ..v1::Minibatch::default()
         };
         if self.windows.is_empty() {
@@ -465,6 +486,7 @@ impl Minibatch {
         }
         self.seed = b.seed;
         self.alpha = b.alpha;
+        self.cbow = b.cbow;
         (self.id, self.sentence, self.position) = (MinibatchId::default(), 0, 0);
         Ok((b.model_fingerprint, b.lineage))
     }
@@ -521,6 +543,7 @@ mod tests {
             windows: Windows::default(),
             sentence: 7,
             position: 4,
+            cbow: true,
         };
         let mut back = Minibatch::default();
         assert_eq!(back.decode_from(Some(&mb.to_wire(42))), Ok((42, 0)));
@@ -528,6 +551,8 @@ mod tests {
             (back.seed, &back.inputs, &back.context_counts, &back.outputs),
             (99, &mb.inputs, &mb.context_counts, &mb.outputs)
         );
+        assert!(back.cbow, "the objective travels");
+        assert_eq!(back.examples(), 2, "CBOW: one example per input position");
         assert_eq!(back.validate(4), Ok(3));
         assert!(back
             .validate(3)
@@ -584,6 +609,7 @@ mod tests {
                 negative: 5,
                 sampling_power: 0.75,
                 init_seed: 3,
+                cbow: true,
             },
             col_start: 2,
             col_end: 6,

@@ -46,6 +46,7 @@ fn shard() -> (ShardCore, u64) {
         negative: NEGATIVE,
         sampling_power: 0.75,
         init_seed: 1,
+        cbow: false,
     };
     let fp = model.fingerprint();
     let core = ShardCore::new(None);

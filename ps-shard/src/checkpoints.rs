@@ -133,6 +133,7 @@ fn slice_spec(s: &ShardSpec) -> SliceSpec {
         negative: s.model.negative,
         sampling_power: s.model.sampling_power,
         init_seed: s.model.init_seed,
+        cbow: s.model.cbow,
     }
 }
 
@@ -145,6 +146,7 @@ fn shard_spec(s: &SliceSpec) -> ShardSpec {
             negative: s.negative,
             sampling_power: s.sampling_power,
             init_seed: s.init_seed,
+            cbow: s.cbow,
         },
         col_start: s.col_start,
         col_end: s.col_end,

@@ -17,6 +17,7 @@ pub fn spec(cols: Range<u32>) -> ShardSpec {
             negative: 3,
             sampling_power: 0.75,
             init_seed: 5,
+            cbow: false,
         },
         col_start: cols.start,
         col_end: cols.end,

@@ -66,15 +66,53 @@ impl<'a> Iterator for RowRuns<'a> {
     }
 }
 
-/// Reads the u rows of every input position into `u_rows`.
+/// A CBOW minibatch's input side: per input position, its context words.
+#[derive(Clone, Copy)]
+pub(crate) struct Contexts<'a> {
+    /// Context words per input position.
+    pub counts: &'a [u32],
+    /// The context words of all positions, concatenated.
+    pub words: &'a [u32],
+}
+
+/// Reads the input vector of every input position into `u_rows`: its word's
+/// u row (skip-gram), or the mean of its context words' u rows (CBOW,
+/// word2vec's `cbow_mean`: the sum times 1/count).
 #[inline(always)]
-fn read_input_rows(u: &HogwildMatrix, inputs: &[u32], u_rows: &mut [f32]) {
+fn read_input_rows(
+    u: &HogwildMatrix,
+    inputs: &[u32],
+    contexts: Option<Contexts<'_>>,
+    u_rows: &mut [f32],
+) {
     let cols = u.cols();
-    for (i, (&w_in, row)) in inputs.iter().zip(u_rows.chunks_exact_mut(cols)).enumerate() {
-        if let Some(&ahead) = inputs.get(i + PREFETCH_AHEAD) {
-            u.prefetch_row(ahead as usize);
+    let Some(Contexts { counts, words }) = contexts else {
+        for (i, (&w_in, row)) in inputs.iter().zip(u_rows.chunks_exact_mut(cols)).enumerate() {
+            if let Some(&ahead) = inputs.get(i + PREFETCH_AHEAD) {
+                u.prefetch_row(ahead as usize);
+            }
+            u.read_row(w_in as usize, row);
         }
-        u.read_row(w_in as usize, row);
+        return;
+    };
+    let mut e = 0;
+    for (&c, row) in counts.iter().zip(u_rows.chunks_exact_mut(cols)) {
+        row.fill(0.0);
+        for &w in &words[e..e + c as usize] {
+            if let Some(&ahead) = words.get(e + PREFETCH_AHEAD) {
+                u.prefetch_row(ahead as usize);
+            }
+            e += 1;
+            u.with_row(w as usize, |r| {
+                for (a, b) in row.iter_mut().zip(r) {
+                    *a += b;
+                }
+            });
+        }
+        if c > 1 {
+            let inv = 1.0 / c as f32;
+            row.iter_mut().for_each(|a| *a *= inv);
+        }
     }
 }
 
@@ -82,7 +120,11 @@ fn read_input_rows(u: &HogwildMatrix, inputs: &[u32], u_rows: &mut [f32]) {
 pub(crate) struct Work<'a> {
     pub u: &'a HogwildMatrix,
     pub v: &'a HogwildMatrix,
+    /// Per input position: its word (skip-gram: its input row).
     pub inputs: &'a [u32],
+    /// CBOW: per input position, the context words whose mean is its input
+    /// vector (and which its Δu goes to).
+    pub contexts: Option<Contexts<'a>>,
     /// (dot-product index, input position), grouped by output row.
     pub plan: &'a [(u32, u32)],
     /// Runs of `plan`: (output row, end of the run).
@@ -108,12 +150,13 @@ fn dotprod_body<K: Simd>(k: K, work: Work<'_>, dots: &mut [f32]) {
         u,
         v,
         inputs,
+        contexts,
         plan,
         groups,
         u_rows,
     } = work;
     let cols = u.cols();
-    read_input_rows(u, inputs, u_rows);
+    read_input_rows(u, inputs, contexts, u_rows);
     let u_rows = &*u_rows;
     for (x, run) in RowRuns::new(v, plan, groups) {
         v.with_row(x, |row| {
@@ -129,7 +172,7 @@ fn dotprod_body<K: Simd>(k: K, work: Work<'_>, dots: &mut [f32]) {
 pub(crate) struct Steps<'a> {
     /// Per dot product, pair-major: its weight G.
     pub weights: &'a [f32],
-    /// Per input position: the scale of its Δu.
+    /// Per input row written: the scale of its Δu.
     pub input_scale: &'a [f32],
     /// The minibatch's row step cap (see [`crate::plan::row_step_cap`]).
     pub cap: u64,
@@ -148,6 +191,7 @@ pub(crate) fn adjust_loop<'a>(work: Work<'a>, steps: Steps<'a>) {
         u,
         v,
         inputs,
+        contexts,
         plan,
         groups,
         u_rows,
@@ -160,7 +204,7 @@ pub(crate) fn adjust_loop<'a>(work: Work<'a>, steps: Steps<'a>) {
         v_delta,
     } = steps;
     let k = Portable; // adjust only needs axpy, which LLVM vectorizes fully
-    read_input_rows(u, inputs, u_rows);
+    read_input_rows(u, inputs, contexts, u_rows);
     let u_rows = &*u_rows;
     for (x, run) in RowRuns::new(v, plan, groups) {
         let scale = row_step_scale(run.len() as u64, cap);
@@ -168,7 +212,7 @@ pub(crate) fn adjust_loop<'a>(work: Work<'a>, steps: Steps<'a>) {
             update_row(k, row, scale, run, weights, u_rows, u_delta, v_delta)
         });
     }
-    add_input_deltas(u, inputs, u_delta, input_scale);
+    add_input_deltas(u, inputs, contexts, u_delta, input_scale);
 }
 
 /// One output row's updates: per dot product of its `run`, Δu of the input
@@ -196,18 +240,43 @@ fn update_row<K: Simd>(
     k.axpy(scale, &*v_delta, row);
 }
 
-/// u(w) += s·Δu for every input position, after all rows.
+/// u(w) += s·Δu for every input row written, after all rows: skip-gram,
+/// each position's word; CBOW, each of its context words, each getting the
+/// position's whole Δu (as word2vec and gensim's `cbow_mean` do).
 #[inline(always)]
-fn add_input_deltas(u: &HogwildMatrix, inputs: &[u32], u_delta: &mut [f32], input_scale: &[f32]) {
-    for ((&w_in, delta), &scale) in inputs
-        .iter()
-        .zip(u_delta.chunks_exact_mut(u.cols()))
-        .zip(input_scale)
-    {
-        if scale != 1.0 {
-            delta.iter_mut().for_each(|d| *d *= scale);
+fn add_input_deltas(
+    u: &HogwildMatrix,
+    inputs: &[u32],
+    contexts: Option<Contexts<'_>>,
+    u_delta: &mut [f32],
+    input_scale: &[f32],
+) {
+    let cols = u.cols();
+    let Some(Contexts { counts, words }) = contexts else {
+        for ((&w_in, delta), &scale) in inputs
+            .iter()
+            .zip(u_delta.chunks_exact_mut(cols))
+            .zip(input_scale)
+        {
+            if scale != 1.0 {
+                delta.iter_mut().for_each(|d| *d *= scale);
+            }
+            u.add_row(w_in as usize, delta);
         }
-        u.add_row(w_in as usize, delta);
+        return;
+    };
+    let mut e = 0;
+    for (&c, delta) in counts.iter().zip(u_delta.chunks_exact(cols)) {
+        for &w in &words[e..e + c as usize] {
+            // s·d is exactly d when the scale is 1
+            let s = input_scale[e];
+            e += 1;
+            u.with_row_mut(w as usize, |row| {
+                for (a, d) in row.iter_mut().zip(delta) {
+                    *a += s * d;
+                }
+            });
+        }
     }
 }
 
@@ -216,10 +285,10 @@ fn add_input_deltas(u: &HogwildMatrix, inputs: &[u32], u_delta: &mut [f32], inpu
 pub(crate) struct FusedSteps<'a> {
     /// The minibatch's learning rate.
     pub alpha: f32,
-    /// Dot products per pair (1 + negatives): index t is a positive pair's
+    /// Dot products per example (1 + negatives): index t is a positive's
     /// when t is a multiple of it.
     pub per_pair: usize,
-    /// Per input position: the scale of its Δu.
+    /// Per input row written: the scale of its Δu.
     pub input_scale: &'a [f32],
     /// The minibatch's row step cap.
     pub cap: u64,
@@ -247,6 +316,7 @@ pub(crate) fn fused_loop<'a>(work: Work<'a>, steps: FusedSteps<'a>) {
         u,
         v,
         inputs,
+        contexts,
         plan,
         groups,
         u_rows,
@@ -263,7 +333,7 @@ pub(crate) fn fused_loop<'a>(work: Work<'a>, steps: FusedSteps<'a>) {
     } = steps;
     let a = Portable; // as in adjust_loop
     let cols = u.cols();
-    read_input_rows(u, inputs, u_rows);
+    read_input_rows(u, inputs, contexts, u_rows);
     let u_rows = &*u_rows;
     // The closures stay in this function: closures inherit the clone's
     // target features, functions it calls do not, and one of them left out
@@ -291,7 +361,7 @@ pub(crate) fn fused_loop<'a>(work: Work<'a>, steps: FusedSteps<'a>) {
             update_row(a, row, scale, run, weights, u_rows, u_delta, v_delta)
         });
     }
-    add_input_deltas(u, inputs, u_delta, input_scale);
+    add_input_deltas(u, inputs, contexts, u_delta, input_scale);
 }
 
 /// The dot products of one output row's run, with `k` (as [`dotprod_body`]).

@@ -5,7 +5,7 @@
 //! touched, so a rejected request leaves the model unchanged.
 
 use crate::hogwild::HogwildMatrix;
-use crate::loops::{adjust_loop, dotprod_loop, fused_loop, FusedSteps, Steps, Work};
+use crate::loops::{adjust_loop, dotprod_loop, fused_loop, Contexts, FusedSteps, Steps, Work};
 use crate::plan::Targets;
 use colonnade_common::init::init_input_row;
 use colonnade_common::sampler::AliasSampler;
@@ -144,6 +144,15 @@ impl Model {
     /// [`Model::adjust`].
     pub fn draw_targets(&self, mb: &Minibatch, targets: &mut Targets) -> Result<(), ShardError> {
         mb.validate(self.spec.model.vocab_size)?;
+        let objective = |cbow| if cbow { "CBOW" } else { "skip-gram" };
+        if mb.cbow != self.spec.model.cbow {
+            return Err(invalid(format!(
+                "field `cbow`: a {} minibatch for model {:016x}, which trains {}",
+                objective(mb.cbow),
+                self.fingerprint,
+                objective(self.spec.model.cbow)
+            )));
+        }
         targets.draw(&self.sampler, self.negative(), self.fingerprint, mb);
         Ok(())
     }
@@ -197,6 +206,10 @@ impl Model {
             u: &self.u,
             v: &self.v,
             inputs: &mb.inputs,
+            contexts: mb.cbow.then_some(Contexts {
+                counts: &mb.context_counts,
+                words: &mb.outputs,
+            }),
             plan: &t.plan,
             groups: &t.groups,
             u_rows,
@@ -223,8 +236,9 @@ impl Model {
         let pairs = mb.pairs();
         if weights.len() != targets.len() {
             return Err(invalid(format!(
-                "field `weights`: {} weights for {pairs} pairs × (1 + {} negatives)",
+                "field `weights`: {} weights for {} examples × (1 + {} negatives)",
                 weights.len(),
+                mb.examples(),
                 self.negative()
             )));
         }
@@ -408,6 +422,24 @@ mod tests {
         let e = m.adjust(&good, &t, &nan, &mut s).expect_err("nan");
         assert!(e.to_string().contains("not finite"));
         assert_eq!(snapshot(&m), before);
+    }
+
+    #[test]
+    fn a_minibatch_of_the_other_objective_is_refused() {
+        let m = model();
+        let mut mb = minibatch(1, &[0, 1], &[2, 1], &[1, 2, 3]);
+        mb.cbow = true;
+        let mut t = Targets::default();
+        let e = m.draw_targets(&mb, &mut t).expect_err("CBOW on skip-gram");
+        assert!(e.to_string().contains("field `cbow`"), "{e}");
+        let mut spec = spec(0..8);
+        spec.model.cbow = true;
+        let cbow = Model::new(spec, &COUNTS).expect("model");
+        cbow.draw_targets(&mb, &mut t).expect("CBOW on CBOW");
+        assert_eq!(t.len(), 2 * 4, "one example per input position");
+        mb.cbow = false;
+        assert!(!cbow.targets_fit(&mb, &t));
+        assert!(cbow.draw_targets(&mb, &mut t).is_err());
     }
 
     #[test]

@@ -73,21 +73,26 @@ pub(crate) fn sort_by_row(keys: &mut Vec<u64>, tmp: &mut Vec<u64>) {
 }
 
 /// The output-side word of every dot product of a minibatch, in request
-/// order (per pair its positive word, then its negatives: pair-major, as the
-/// dot products and weights travel), whom they belong to, and the same dot
-/// products grouped by output row, in ascending row order, so that the loops
-/// visit and lock each distinct output row once per call however often it
-/// occurs (the negatives of a minibatch repeat the frequent words many times).
+/// order (per example its positive word, then its negatives: example-major,
+/// as the dot products and weights travel), whom they belong to, and the same
+/// dot products grouped by output row, in ascending row order, so that the
+/// loops visit and lock each distinct output row once per call however often
+/// it occurs (the negatives of a minibatch repeat the frequent words many
+/// times). An example is a skip-gram pair (its positive: the context word)
+/// or a CBOW input position (its positive: the position's own word).
 #[derive(Default)]
 pub struct Targets {
     pub(crate) fingerprint: u64,
     pub(crate) seed: u64,
-    /// The minibatch's inputs and context counts the plan was made for.
+    pub(crate) cbow: bool,
+    /// The minibatch's inputs, context counts and (CBOW) context words the
+    /// plan was made for.
     pub(crate) inputs: Vec<u32>,
     pub(crate) context_counts: Vec<u32>,
+    contexts: Vec<u32>,
     pub(crate) ids: Vec<u32>,
     negs: Vec<u32>,
-    /// Input position of each pair.
+    /// Input position of each example.
     input_of_pair: Vec<u32>,
     /// Sort keys: output row << 32 | dot-product index, and the radix
     /// sort's second buffer.
@@ -102,14 +107,26 @@ pub struct Targets {
     pub(crate) cap: u64,
     /// Input positions sorted by word: word << 32 | position.
     input_keys: Vec<u64>,
-    /// Per input position: the scale of its Δu (see [`input_step_scales`]).
+    /// Per input row written: the scale of its Δu (see
+    /// [`input_step_scales`]): skip-gram, per input position; CBOW, per
+    /// context word entry (each gets its position's Δu).
     pub(crate) input_scale: Vec<f32>,
 }
 
 impl Targets {
+    /// The positive word of each example of `mb`: skip-gram, the context
+    /// words; CBOW, the input positions' own words.
+    fn positives(mb: &Minibatch) -> &[u32] {
+        if mb.cbow {
+            &mb.inputs
+        } else {
+            &mb.outputs
+        }
+    }
+
     /// Draws the targets of `mb` (validated) for model `fingerprint`: per
-    /// (input, output) pair, the output word, then `negative` negatives drawn
-    /// from the minibatch seed (paper Fig. 5 line 7), and plans them.
+    /// example, its positive word, then `negative` negatives drawn from the
+    /// minibatch seed (paper Fig. 5 line 7), and plans them.
     pub(crate) fn draw(
         &mut self,
         sampler: &AliasSampler,
@@ -119,53 +136,78 @@ impl Targets {
     ) {
         self.negs.resize(negative, 0);
         self.ids.clear();
-        self.ids.reserve(mb.outputs.len() * (negative + 1));
+        let positives = Self::positives(mb);
+        self.ids.reserve(positives.len() * (negative + 1));
         let mut rng = seeds::rng(mb.seed);
-        for &w_out in &mb.outputs {
+        for &w_out in positives {
             sampler.negatives(&mut rng, w_out, &mut self.negs);
             self.ids.push(w_out);
             self.ids.extend_from_slice(&self.negs);
         }
-        self.group(&mb.inputs, &mb.context_counts, negative + 1);
+        self.group(mb, negative + 1);
         self.fingerprint = fingerprint;
         self.seed = mb.seed;
     }
 
     /// Whether these targets were drawn for `mb` on a model with
-    /// `fingerprint` and `negative` negatives: same seed and positives, hence
-    /// the same negatives; same inputs, hence the same step scales. A
-    /// minibatch they fit is identical in content to the validated one they
-    /// were drawn for.
+    /// `fingerprint` and `negative` negatives: same objective, seed and
+    /// positives, hence the same negatives; same inputs (and, CBOW, context
+    /// words), hence the same input rows and step scales. A minibatch they
+    /// fit is identical in content to the validated one they were drawn for.
     pub(crate) fn fit(&self, fingerprint: u64, negative: usize, mb: &Minibatch) -> bool {
         let per_pair = negative + 1;
         self.fingerprint == fingerprint
             && self.seed == mb.seed
-            && self.ids.len() == mb.outputs.len() * per_pair
+            && self.cbow == mb.cbow
+            && self.ids.len() == mb.examples() * per_pair
             && self.inputs == mb.inputs
             && self.context_counts == mb.context_counts
-            && self.ids.iter().step_by(per_pair).eq(mb.outputs.iter())
+            && (!mb.cbow || self.contexts == mb.outputs)
+            && self
+                .ids
+                .iter()
+                .step_by(per_pair)
+                .eq(Self::positives(mb).iter())
     }
 
-    /// Groups `ids` by output row into `plan` and `groups`, and the inputs
-    /// by word into their step scales.
-    fn group(&mut self, inputs: &[u32], context_counts: &[u32], per_pair: usize) {
+    /// Groups `ids` by output row into `plan` and `groups`, and the input
+    /// rows by word into their step scales.
+    fn group(&mut self, mb: &Minibatch, per_pair: usize) {
+        let (inputs, context_counts) = (&mb.inputs, &mb.context_counts);
+        self.cbow = mb.cbow;
         self.inputs.clear();
         self.inputs.extend_from_slice(inputs);
         self.context_counts.clear();
         self.context_counts.extend_from_slice(context_counts);
+        self.contexts.clear();
+        if mb.cbow {
+            self.contexts.extend_from_slice(&mb.outputs);
+        }
         self.cap = row_step_cap(context_counts, per_pair as u32 - 1);
+        // The input rows a minibatch writes: skip-gram, each position's word
+        // (with all its pairs' dot products); CBOW, each context word entry
+        // (with its position's 1 + negative).
+        let (rows, examples) = if mb.cbow {
+            (&mb.outputs, None)
+        } else {
+            (inputs, Some(&context_counts[..]))
+        };
         input_step_scales(
-            inputs,
-            context_counts,
+            rows,
+            examples,
             per_pair as u64,
             self.cap,
             &mut self.input_keys,
             &mut self.input_scale,
         );
         self.input_of_pair.clear();
-        for (p, &c) in context_counts.iter().enumerate() {
-            self.input_of_pair
-                .extend(std::iter::repeat_n(p as u32, c as usize));
+        if mb.cbow {
+            self.input_of_pair.extend(0..inputs.len() as u32);
+        } else {
+            for (p, &c) in context_counts.iter().enumerate() {
+                self.input_of_pair
+                    .extend(std::iter::repeat_n(p as u32, c as usize));
+            }
         }
         self.keys.clear();
         self.keys.extend(
@@ -189,7 +231,7 @@ impl Targets {
         }
     }
 
-    /// Dot products planned (pairs × (1 + negative)).
+    /// Dot products planned (examples × (1 + negative)).
     pub fn len(&self) -> usize {
         self.ids.len()
     }
@@ -199,13 +241,14 @@ impl Targets {
     }
 }
 
-/// Per input position, the scale of its Δu: an input word's dot products are
-/// counted over all its positions in the minibatch (`context_counts[p]` pairs
-/// of `per_pair` dot products each), so a word at many positions is capped as
-/// one row. `keys` is scratch.
+/// Per input row written (`rows[i]`, its word), the scale of its Δu: a
+/// word's dot products are counted over all its entries in the minibatch
+/// (`examples[i]` examples of `per_pair` dot products each; one example per
+/// entry when `examples` is `None`), so a word written at many entries is
+/// capped as one row. `keys` is scratch.
 fn input_step_scales(
-    inputs: &[u32],
-    context_counts: &[u32],
+    rows: &[u32],
+    examples: Option<&[u32]>,
     per_pair: u64,
     cap: u64,
     keys: &mut Vec<u64>,
@@ -213,18 +256,17 @@ fn input_step_scales(
 ) {
     keys.clear();
     keys.extend(
-        inputs
-            .iter()
+        rows.iter()
             .enumerate()
             .map(|(p, &w)| (u64::from(w) << 32) | p as u64),
     );
     keys.sort_unstable();
     scale.clear();
-    scale.resize(inputs.len(), 1.0);
+    scale.resize(rows.len(), 1.0);
     for run in keys.chunk_by(|a, b| a >> 32 == b >> 32) {
         let pairs: u64 = run
             .iter()
-            .map(|&key| u64::from(context_counts[key as u32 as usize]))
+            .map(|&key| examples.map_or(1, |e| u64::from(e[key as u32 as usize])))
             .sum();
         let s = row_step_scale(pairs * per_pair, cap);
         for &key in run {

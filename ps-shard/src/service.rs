@@ -287,7 +287,7 @@ impl Shard for ShardService {
             }
             if b.scaled.len() != planned {
                 return Err(ShardError::InvalidArgument(format!(
-                    "field `scaled_weights`: {} weights for {planned} dot products (pairs × (1 + \
+                    "field `scaled_weights`: {} weights for {planned} dot products (examples × (1 + \
                      negative) over {n} minibatches)",
                     b.scaled.len()
                 )));

@@ -1,6 +1,8 @@
 //! Column partitioning is exact: for any split of the dimension among shards,
 //! the partial dot products summed in shard order equal the full dot product,
-//! and `adjust` on S shards equals `adjust` on one shard column by column.
+//! and `adjust` on S shards equals `adjust` on one shard column by column,
+//! for skip-gram and for CBOW (whose input vectors are means of context rows,
+//! taken column by column on each shard).
 
 use colonnade_common::kernels::dot_scalar;
 use colonnade_common::model::place_columns;
@@ -13,7 +15,7 @@ use proptest::prelude::*;
 
 const COUNTS: [u64; 9] = [90, 70, 50, 40, 30, 20, 10, 5, 2];
 
-fn model_spec(dim: u32) -> ModelSpec {
+fn model_spec(dim: u32, cbow: bool) -> ModelSpec {
     ModelSpec {
         vocab_fingerprint: 3,
         vocab_size: COUNTS.len() as u64,
@@ -21,11 +23,12 @@ fn model_spec(dim: u32) -> ModelSpec {
         negative: 3,
         sampling_power: 0.75,
         init_seed: 99,
+        cbow,
     }
 }
 
 /// Shards for the column cut points `cuts` (sorted, inside 1..dim).
-fn shards(dim: u32, cuts: &[u32]) -> Vec<ShardCore> {
+fn shards(dim: u32, cbow: bool, cuts: &[u32]) -> Vec<ShardCore> {
     let mut bounds = vec![0];
     bounds.extend_from_slice(cuts);
     bounds.push(dim);
@@ -35,7 +38,7 @@ fn shards(dim: u32, cuts: &[u32]) -> Vec<ShardCore> {
             let core = ShardCore::new(None);
             core.create_model(
                 ShardSpec {
-                    model: model_spec(dim),
+                    model: model_spec(dim, cbow),
                     col_start: w[0],
                     col_end: w[1],
                 },
@@ -85,15 +88,16 @@ proptest! {
         raw_cuts in proptest::collection::btree_set(1u32..40, 0..5),
         (inputs, counts, outputs) in batch_strategy(),
         seed in any::<u64>(),
+        cbow in any::<bool>(),
     ) {
         let cuts: Vec<u32> = raw_cuts.into_iter().filter(|&c| c < dim).collect();
-        let split = shards(dim, &cuts);
-        let whole = shards(dim, &[]);
-        let fp = model_spec(dim).fingerprint();
+        let split = shards(dim, cbow, &cuts);
+        let whole = shards(dim, cbow, &[]);
+        let fp = model_spec(dim, cbow).fingerprint();
         let (mut s, mut t) = (Scratch::default(), Targets::default());
         // Train a little first so v is not all zeros.
-        let pairs = outputs.len();
-        let mb = |seed| Minibatch { seed, inputs: inputs.clone(), context_counts: counts.clone(), outputs: outputs.clone(), ..Minibatch::default() };
+        let pairs = if cbow { inputs.len() } else { outputs.len() };
+        let mb = |seed| Minibatch { seed, inputs: inputs.clone(), context_counts: counts.clone(), outputs: outputs.clone(), cbow, ..Minibatch::default() };
         for core in split.iter().chain(&whole) {
             let model = core.model(fp).expect("model");
             let b = mb(seed ^ 1);
@@ -102,7 +106,7 @@ proptest! {
             model.adjust(&b, &t, &weights, &mut s).expect("adjust");
         }
         let b = mb(seed);
-        // Pair-major sums: per pair its positive, then its 3 negatives.
+        // Example-major sums: per example its positive, then its 3 negatives.
         let mut sum = vec![0.0f32; pairs * 4];
         for core in &split {
             let model = core.model(fp).expect("model");
@@ -119,13 +123,28 @@ proptest! {
         let u = rows(&split, fp, Matrix::Input, dim);
         let v = rows(&split, fp, Matrix::Output, dim);
         let d = dim as usize;
+        let row = |m: &[f32], w: u32| m[w as usize * d..(w as usize + 1) * d].to_vec();
         let mut k = 0;
         for (i, &w_in) in inputs.iter().enumerate() {
-            for _ in 0..counts[i] {
-                let w_out = outputs[k] as usize;
-                let full = dot_scalar(&u[w_in as usize * d..(w_in as usize + 1) * d], &v[w_out * d..(w_out + 1) * d]);
-                prop_assert!((sum[4 * k] - full).abs() <= 1e-6, "pair {k}: {} vs {full}", sum[4 * k]);
-                k += 1;
+            let contexts = &outputs[k..k + counts[i] as usize];
+            if cbow {
+                // The mean of the context rows, against the position's own word.
+                let mut h = vec![0.0f32; d];
+                for &c in contexts {
+                    h.iter_mut().zip(row(&u, c)).for_each(|(a, x)| *a += x);
+                }
+                h.iter_mut().for_each(|a| *a /= contexts.len() as f32);
+                let full = dot_scalar(&h, &row(&v, w_in));
+                prop_assert!((sum[4 * i] - full).abs() <= 1e-6, "position {i}: {} vs {full}", sum[4 * i]);
+            } else {
+                for &w_out in contexts {
+                    let full = dot_scalar(&row(&u, w_in), &row(&v, w_out));
+                    prop_assert!((sum[4 * k] - full).abs() <= 1e-6, "pair {k}: {} vs {full}", sum[4 * k]);
+                    k += 1;
+                }
+            }
+            if cbow {
+                k += contexts.len();
             }
         }
         for (a, b) in sum.iter().zip(&dots1) {

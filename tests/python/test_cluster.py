@@ -12,7 +12,7 @@ from conftest import binary, colonnade, read_vocab_file, run, run_fail, train_ar
 
 DIM = 20  # 3 shards: columns [0,7), [7,14), [14,20)
 # Attributes `colonnade export` writes; each must match the train-time file.
-EXPORT_ATTRS = ("model_fingerprint", "vocab_fingerprint", "dim", "negative", "init_seed", "shards", "colonnade_version")
+EXPORT_ATTRS = ("model_fingerprint", "vocab_fingerprint", "dim", "negative", "init_seed", "shards", "objective", "colonnade_version")
 
 
 def h5_contents(path: Path) -> dict:

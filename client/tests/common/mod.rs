@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 use colonnade_client::shards::{create_model, model_spec, GrpcShard, GrpcShards};
+use colonnade_client::stream::Source;
 use colonnade_client::train::{train, NoCheckpoints, Progress, TrainParams, TrainSummary};
 use colonnade_common::model::{column_range, place_columns};
 use colonnade_common::vocab::{Counter, Vocab};
@@ -49,6 +50,7 @@ pub fn params(seed: u64) -> TrainParams {
         num_workers: 1,
         max_sentence: 1000,
         invalid_utf8: Default::default(),
+        cbow: false,
     }
 }
 
@@ -80,14 +82,15 @@ pub async fn run(
     corpus: &Path,
     p: &TrainParams,
 ) -> (u64, TrainSummary) {
-    let spec = model_spec(vocab, DIM, p.negative, 0.75, p.seed);
+    let mut spec = model_spec(vocab, DIM, p.negative, 0.75, p.seed);
+    spec.cbow = p.cbow;
     let fp = create_model(&shards, &spec, vocab)
         .await
         .expect("create model");
     let summary = train(
         GrpcShards::new(shards, fp, p.negative),
         Arc::clone(vocab),
-        vec![corpus.to_path_buf()],
+        Source::Text(vec![corpus.to_path_buf()]),
         p.clone(),
         Arc::new(Progress::default()),
         Arc::default(),
@@ -107,7 +110,8 @@ pub async fn run_on_cores(
     corpus: &Path,
     p: &TrainParams,
 ) -> (u64, TrainSummary) {
-    let spec = model_spec(vocab, DIM, p.negative, 0.75, p.seed);
+    let mut spec = model_spec(vocab, DIM, p.negative, 0.75, p.seed);
+    spec.cbow = p.cbow;
     for (i, core) in cores.iter().enumerate() {
         let cols = column_range(DIM, cores.len() as u32, i as u32);
         let shard = ShardSpec {
@@ -123,7 +127,7 @@ pub async fn run_on_cores(
     let summary = train(
         shards,
         Arc::clone(vocab),
-        vec![corpus.to_path_buf()],
+        Source::Text(vec![corpus.to_path_buf()]),
         p.clone(),
         Arc::new(Progress::default()),
         Arc::default(),
