@@ -2,7 +2,7 @@
 # Installs everything Colonnade's build and tests need on a fresh Debian/Ubuntu
 # machine: the C libraries the Rust crates link (HDF5), protoc for the gRPC
 # code generation, and a Python venv (.venv) with the real readers the tests use
-# (h5py, gensim). Idempotent: a second run does nothing that is already done.
+# (h5py, gensim, scikit-learn). Idempotent: a second run does nothing that is already done.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -33,8 +33,8 @@ if ! cargo nextest --version >/dev/null 2>&1; then
   cargo install --locked cargo-nextest >/dev/null
 fi
 
-if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c "import gensim, h5py, pytest" >/dev/null 2>&1; then
-  echo "setup: creating .venv with gensim, h5py, pytest" >&2
+if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c "import gensim, h5py, pytest, sklearn" >/dev/null 2>&1; then
+  echo "setup: creating .venv with gensim, h5py, pytest, scikit-learn" >&2
   python3 -m venv .venv
   .venv/bin/pip install -q --upgrade pip >/dev/null
   .venv/bin/pip install -q -r scripts/requirements.txt

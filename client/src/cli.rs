@@ -45,7 +45,7 @@ pub enum Command {
     Export(ExportArgs),
     /// Probe shards with grpc.health.v1 (exit 0 when all are SERVING).
     Health(crate::health::HealthArgs),
-    /// Evaluate vectors: analogies (3CosAdd, 3CosMul) and word-pair similarity.
+    /// Evaluate vectors: analogies (3CosAdd, 3CosMul), word-pair similarity, node classification.
     Eval(colonnade_eval::evaluate::EvalArgs),
     /// Nearest neighbours of words by cosine over the whole vocabulary.
     Similar(colonnade_eval::similar::SimilarArgs),

@@ -3,7 +3,7 @@
 //! and gensim's case-insensitive lookup over the most frequent rows. Rows keep
 //! the file's order (frequency order for Colonnade's outputs).
 
-use colonnade_formats::{read_vectors, Format};
+use colonnade_formats::{read_vectors, Format, Vectors};
 use ndarray::{Array2, ArrayView1, ArrayView2};
 use rayon::prelude::*;
 use std::collections::HashMap;
@@ -84,19 +84,8 @@ impl Embeddings {
     /// [`Embeddings::load`] for the commands: the error names the file and
     /// the load is logged with its format, shape and time.
     pub fn load_logged(path: &Path) -> anyhow::Result<Self> {
-        let start = std::time::Instant::now();
-        let emb = Self::load(path).map_err(|e| {
-            anyhow::anyhow!(e).context(format!("cannot read vectors {}", path.display()))
-        })?;
-        tracing::info!(
-            file = %path.display(),
-            format = %emb.format,
-            words = emb.len(),
-            dim = emb.dim(),
-            seconds = start.elapsed().as_secs_f64(),
-            "vectors loaded"
-        );
-        Ok(emb)
+        let v = read_logged(path)?;
+        Ok(Self::from_parts(path, v.format, v.words, v.matrix))
     }
 
     pub fn len(&self) -> usize {
@@ -156,6 +145,24 @@ impl Embeddings {
         }
         CaseFold { map, canonical }
     }
+}
+
+/// The file's words and raw (not normalised) rows, for the commands: the
+/// error names the file and the read is logged with its format, shape and time.
+pub fn read_logged(path: &Path) -> anyhow::Result<Vectors> {
+    let start = std::time::Instant::now();
+    let v = read_vectors(path).map_err(|e| {
+        anyhow::anyhow!(e).context(format!("cannot read vectors {}", path.display()))
+    })?;
+    tracing::info!(
+        file = %path.display(),
+        format = %v.format,
+        words = v.words.len(),
+        dim = v.matrix.ncols(),
+        seconds = start.elapsed().as_secs_f64(),
+        "vectors loaded"
+    );
+    Ok(v)
 }
 
 fn normalize(row: &mut [f32]) {

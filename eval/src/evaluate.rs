@@ -2,11 +2,13 @@
 //! word-pair similarity correlation ([`pairs`], Spearman and Pearson) of a
 //! vectors file, with the same rules as gensim 4.4's
 //! `evaluate_word_analogies` / `evaluate_word_pairs`, so the numbers compare
-//! (`tests/python/test_eval_parity.py` checks it). A table by default, JSON
-//! with `--json`.
+//! (`tests/python/test_eval_parity.py` checks it), and node classification
+//! ([`classify`], Micro-/Macro-F1 of a one-vs-rest logistic regression as
+//! scikit-learn's, `tests/python/test_node_classification.py`). A table by
+//! default, JSON with `--json`.
 
-use crate::embeddings::Embeddings;
-use crate::{analogy, pairs};
+use crate::embeddings::{self, Embeddings};
+use crate::{analogy, classify, pairs};
 use anyhow::{bail, Context};
 use serde::Serialize;
 use std::fmt::Write as _;
@@ -44,7 +46,7 @@ pub(crate) fn py_strip(s: &str) -> &str {
     s.trim_matches(py_space)
 }
 
-/// Evaluate vectors on word analogies and word-pair similarity.
+/// Evaluate vectors on word analogies, word-pair similarity and node classification.
 #[derive(clap::Args, Debug)]
 pub struct EvalArgs {
     /// Vectors: our HDF5, word2vec text or word2vec binary (detected from the content).
@@ -79,6 +81,62 @@ pub struct EvalArgs {
         default_value_t = 300_000
     )]
     pub similarity_restrict: usize,
+    /// Node labels for node classification (`node label` lines, `#`
+    /// comments; a node on several lines has several labels; nodes are the
+    /// vector file's words): one-vs-rest logistic regression trained on a
+    /// fraction of the labelled nodes, Micro-/Macro-F1 on the rest, as
+    /// DeepWalk and node2vec evaluate.
+    #[arg(long, env = "COLONNADE_LABELS", value_name = "FILE")]
+    pub labels: Option<PathBuf>,
+    /// Node classification: the labelled fractions to train on, each in (0, 1).
+    #[arg(
+        long,
+        env = "COLONNADE_LABEL_FRACTIONS",
+        value_delimiter = ',',
+        default_value = "0.1,0.2,0.3,0.4,0.5,0.6,0.7,0.8,0.9",
+        value_parser = parse_fraction
+    )]
+    pub label_fractions: Vec<f64>,
+    /// Node classification: random splits per fraction (the scores are their
+    /// mean; DeepWalk used 10).
+    #[arg(
+        long,
+        env = "COLONNADE_LABEL_SPLITS",
+        default_value_t = 5,
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
+    pub label_splits: u32,
+    /// Node classification: seed of the splits.
+    #[arg(long, env = "COLONNADE_LABEL_SEED", default_value_t = 1)]
+    pub label_seed: u64,
+    /// Node classification: inverse L2 regularisation strength of the
+    /// logistic regressions (scikit-learn's C).
+    #[arg(
+        long,
+        env = "COLONNADE_LABEL_C",
+        default_value_t = 1.0,
+        value_parser = parse_positive
+    )]
+    pub label_c: f64,
+    /// Node classification: a logistic regression has converged when the L2
+    /// norm of the gradient of mean(log loss) + ½‖w‖²/(C·n) is below this
+    /// (scikit-learn's tol bounds the largest component of the same gradient).
+    #[arg(
+        long,
+        env = "COLONNADE_LABEL_TOL",
+        default_value_t = classify::DEFAULT_TOLERANCE,
+        value_parser = parse_positive
+    )]
+    pub label_tol: f64,
+    /// Node classification: L-BFGS iterations per logistic regression at most
+    /// (fits stopped here are counted in the report).
+    #[arg(
+        long,
+        env = "COLONNADE_LABEL_MAX_ITER",
+        default_value_t = classify::DEFAULT_MAX_ITERATIONS,
+        value_parser = clap::value_parser!(u64).range(1..)
+    )]
+    pub label_max_iter: u64,
     /// Print JSON instead of a table.
     #[arg(long, env = "COLONNADE_JSON")]
     pub json: bool,
@@ -97,6 +155,33 @@ pub struct EvalReport {
     pub vectors: VectorsInfo,
     pub analogies: Vec<analogy::AnalogyReport>,
     pub similarity: Vec<pairs::PairReport>,
+    /// Node classification, with `--labels`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub labels: Option<classify::LabelReport>,
+}
+
+fn parse_fraction(s: &str) -> Result<f64, String> {
+    let f: f64 = s
+        .trim()
+        .parse()
+        .map_err(|e| format!("{s:?} is not a number ({e})"))?;
+    if f > 0.0 && f < 1.0 {
+        Ok(f)
+    } else {
+        Err(format!("{s} is not a fraction strictly between 0 and 1"))
+    }
+}
+
+fn parse_positive(s: &str) -> Result<f64, String> {
+    let x: f64 = s
+        .trim()
+        .parse()
+        .map_err(|e| format!("{s:?} is not a number ({e})"))?;
+    if x > 0.0 && x.is_finite() {
+        Ok(x)
+    } else {
+        Err(format!("{s} is not a positive finite number"))
+    }
 }
 
 fn limit(n: usize) -> usize {
@@ -109,8 +194,8 @@ fn limit(n: usize) -> usize {
 
 /// Loads the vectors and every test file, evaluates, returns the report.
 pub fn evaluate(args: &EvalArgs) -> anyhow::Result<EvalReport> {
-    if args.analogies.is_empty() && args.similarity.is_empty() {
-        bail!("nothing to evaluate: give --analogies FILE and/or --similarity FILE");
+    if args.analogies.is_empty() && args.similarity.is_empty() && args.labels.is_none() {
+        bail!("nothing to evaluate: give --analogies FILE, --similarity FILE and/or --labels FILE");
     }
     // Read the (small) test files first: a typo fails before a long load.
     let analogy_sets = args
@@ -123,7 +208,48 @@ pub fn evaluate(args: &EvalArgs) -> anyhow::Result<EvalReport> {
         .iter()
         .map(|p| pairs::PairSet::load(p))
         .collect::<Result<Vec<_>, _>>()?;
-    let emb = Embeddings::load_logged(&args.vectors)?;
+    let label_set = args
+        .labels
+        .as_deref()
+        .map(classify::LabelSet::load)
+        .transpose()?;
+    let vectors = embeddings::read_logged(&args.vectors)?;
+    let info = VectorsInfo {
+        path: args.vectors.clone(),
+        format: vectors.format,
+        words: vectors.words.len(),
+        dim: vectors.matrix.ncols(),
+    };
+    // Classification uses the raw rows; the searches below, unit rows.
+    let labels = label_set
+        .map(|set| {
+            let protocol = classify::Protocol {
+                fractions: args.label_fractions.clone(),
+                splits: args.label_splits as usize,
+                seed: args.label_seed,
+                c: args.label_c,
+                tolerance: args.label_tol,
+                max_iterations: args.label_max_iter,
+            };
+            classify::evaluate(
+                &set,
+                &vectors.words,
+                vectors.matrix.view(),
+                &protocol,
+                &args.vectors,
+            )
+            .with_context(|| format!("node classification with {}", set.path.display()))
+        })
+        .transpose()?;
+    if analogy_sets.is_empty() && pair_sets.is_empty() {
+        return Ok(EvalReport {
+            vectors: info,
+            analogies: Vec::new(),
+            similarity: Vec::new(),
+            labels,
+        });
+    }
+    let emb = Embeddings::from_parts(&args.vectors, vectors.format, vectors.words, vectors.matrix);
     let mut analogies = Vec::new();
     for set in &analogy_sets {
         let start = Instant::now();
@@ -136,14 +262,10 @@ pub fn evaluate(args: &EvalArgs) -> anyhow::Result<EvalReport> {
         .map(|set| pairs::evaluate(&emb, set, limit(args.similarity_restrict)))
         .collect();
     Ok(EvalReport {
-        vectors: VectorsInfo {
-            path: args.vectors.clone(),
-            format: emb.format,
-            words: emb.len(),
-            dim: emb.dim(),
-        },
+        vectors: info,
         analogies,
         similarity,
+        labels,
     })
 }
 
@@ -253,5 +375,59 @@ pub fn table(r: &EvalReport) -> String {
             );
         }
     }
+    if let Some(l) = &r.labels {
+        labels_table(&mut s, l);
+    }
     s
+}
+
+fn labels_table(s: &mut String, l: &classify::LabelReport) {
+    let _ = writeln!(
+        s,
+        "\nnode classification: {} ({} labels; one-vs-rest logistic regression, C={}; mean ± std over {} splits, seed {})",
+        l.file.display(),
+        l.labels.len(),
+        l.c,
+        l.splits.len(),
+        l.seed
+    );
+    let _ = writeln!(
+        s,
+        "{:>8}  {:>7}  {:>7}  {:>17}  {:>17}",
+        "fraction", "train", "test", "micro-F1", "macro-F1"
+    );
+    for f in &l.fractions {
+        let _ = writeln!(
+            s,
+            "{:>8}  {:>7}  {:>7}  {:>8.4} ± {:.4}  {:>8.4} ± {:.4}",
+            format!("{:.0}%", 100.0 * f.fraction),
+            f.train,
+            f.test,
+            f.micro_f1.mean,
+            f.micro_f1.std,
+            f.macro_f1.mean,
+            f.macro_f1.std
+        );
+    }
+    let _ = write!(
+        s,
+        "{} labelled nodes, {} with a vector",
+        l.labelled_nodes, l.nodes_with_vectors
+    );
+    if l.nodes_without_vectors > 0 {
+        let _ = write!(
+            s,
+            "; {} without one are left out (e.g. {})",
+            l.nodes_without_vectors,
+            l.nodes_without_vectors_examples.join(", ")
+        );
+    }
+    let _ = writeln!(s);
+    if l.fits_not_converged > 0 {
+        let _ = writeln!(
+            s,
+            "{} of {} logistic regressions stopped with the gradient above {:e} (largest {:.2e})",
+            l.fits_not_converged, l.fits, l.gradient_tolerance, l.max_gradient_norm
+        );
+    }
 }
