@@ -154,10 +154,11 @@ def load_labels(path: Path) -> dict[str, list[str]]:
     return by_node
 
 
-def sklearn_f1(vectors: Path, labels: Path, fractions, splits: int, seed: int = 0) -> dict:
-    """scikit-learn's one-vs-rest LogisticRegression (defaults: L2, C = 1,
-    lbfgs), each test node given its k most probable labels (k = its true
-    label count); Micro/Macro-F1 means over `splits` seeded splits."""
+def sklearn_f1(vectors: Path, labels: Path, fractions, orders: list[list[str]]) -> dict:
+    """scikit-learn's one-vs-rest LogisticRegression (L2, C = 1, lbfgs, tol
+    1e-6), each test node given its k most probable labels (k = its true
+    label count); Micro/Macro-F1 means over the given split orders (split s
+    trains on the first ⌊f·n⌋ nodes of orders[s]: `colonnade eval`'s splits)."""
     import numpy as np
     from gensim.models import KeyedVectors
     from sklearn.linear_model import LogisticRegression
@@ -167,17 +168,18 @@ def sklearn_f1(vectors: Path, labels: Path, fractions, splits: int, seed: int = 
 
     kv = KeyedVectors.load_word2vec_format(str(vectors), binary=True)
     by_node = load_labels(labels)
-    nodes = sorted((n for n in by_node if n in kv.key_to_index), key=int)
+    nodes = sorted(n for n in by_node if n in kv.key_to_index)
+    index = {n: i for i, n in enumerate(nodes)}
     x = np.array([kv[n] for n in nodes], dtype=np.float64)
     y = MultiLabelBinarizer().fit_transform([by_node[n] for n in nodes])
     out = {}
     for frac in fractions:
         micro, macro = [], []
-        for s in range(splits):
-            order = np.random.RandomState(seed + s).permutation(len(nodes))
-            k = int(round(frac * len(nodes)))
-            tr, te = order[:k], order[k:]
-            clf = OneVsRestClassifier(LogisticRegression(max_iter=1000), n_jobs=2).fit(x[tr], y[tr])
+        for order in orders:
+            idx = np.array([index[n] for n in order])
+            k = int(frac * len(idx))
+            tr, te = idx[:k], idx[k:]
+            clf = OneVsRestClassifier(LogisticRegression(max_iter=1000, tol=1e-6)).fit(x[tr], y[tr])
             proba = clf.predict_proba(x[te])
             pred = np.zeros_like(y[te])
             for i, row in enumerate(proba):
@@ -189,22 +191,33 @@ def sklearn_f1(vectors: Path, labels: Path, fractions, splits: int, seed: int = 
     return out
 
 
-def colonnade_f1(a, vectors: Path, labels: Path, fractions, splits: int) -> dict | None:
-    """`colonnade eval --labels` on the same vectors (its own seeded splits)."""
+def colonnade_f1(a, vectors: Path, labels: Path, fractions, splits: int) -> tuple[dict, list[list[str]]]:
+    """`colonnade eval --labels` on the vectors: F1 per fraction, and the
+    split orders it used (for scikit-learn to score the same splits)."""
     cmd = [str(a.bin_dir / "colonnade"), "eval", "--vectors", str(vectors), "--labels", str(labels),
            "--label-fractions", ",".join(map(str, fractions)), "--label-splits", str(splits), "--json"]
     t0 = time.monotonic()
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
-        log(f"colonnade eval --labels failed: {proc.stderr.strip()[-300:]}")
-        return None
+        raise SystemExit(f"colonnade eval --labels failed: {proc.stderr.strip()[-500:]}")
     seconds = time.monotonic() - t0
-    report = json.loads(proc.stdout)
-    rows = report.get("labels", {}).get("fractions", [])
+    report = json.loads(proc.stdout)["labels"]
     out = {"seconds": seconds}
-    for r in rows:
-        out[str(r["fraction"])] = {"micro": r["micro_f1"], "macro": r["macro_f1"]}
-    return out
+    for r in report["fractions"]:
+        out[str(r["fraction"])] = {"micro": r["micro_f1"]["mean"], "macro": r["macro_f1"]["mean"]}
+    return out, [s["order"] for s in report["splits"]]
+
+
+def score(a, result: dict, labels: Path) -> None:
+    """Node classification of one system's vectors, by both scorers."""
+    vectors = Path(result["vectors"])
+    ours, orders = colonnade_f1(a, vectors, labels, FRACTIONS, a.splits)
+    result["f1_colonnade_eval"] = ours
+    t0 = time.monotonic()
+    result["f1_sklearn"] = sklearn_f1(vectors, labels, FRACTIONS, orders)
+    result["f1_sklearn"]["seconds"] = time.monotonic() - t0
+    result["f1_max_disagreement"] = max(
+        abs(ours[str(f)][m] - result["f1_sklearn"][str(f)][m]) for f in FRACTIONS for m in ("micro", "macro"))
 
 
 # --------------------------------------------------------------------------- big graph
@@ -325,8 +338,7 @@ def main() -> int:
         c = run_colonnade(a, work, name, edges, 80, 40, [])
         row = {"gensim": g, "colonnade": c}
         for who in ("gensim", "colonnade"):
-            row[who]["f1_sklearn"] = sklearn_f1(Path(row[who]["vectors"]), labels, FRACTIONS, a.splits)
-            row[who]["f1_colonnade_eval"] = colonnade_f1(a, Path(row[who]["vectors"]), labels, FRACTIONS, a.splits)
+            score(a, row[who], labels)
         results["deepwalk"][name] = row
         log(f"{name}: gensim {g['wall_seconds']:.1f} s, colonnade {c['wall_seconds']:.1f} s")
     for spec in filter(None, a.node2vec.split(",")):
@@ -338,7 +350,7 @@ def main() -> int:
         g = run_gensim(a, work, tag, None, walks_file, 10, 80)
         row = {"graph": name, "p": float(pp), "q": float(qq), "colonnade": c, "gensim_same_walks": g}
         for who in ("colonnade", "gensim_same_walks"):
-            row[who]["f1_sklearn"] = sklearn_f1(Path(row[who]["vectors"]), labels, FRACTIONS, a.splits)
+            score(a, row[who], labels)
         results["node2vec"].append(row)
     if a.big_nodes:
         results["big"] = big_graph(a, work)
@@ -351,11 +363,12 @@ def main() -> int:
            f"{load_before:.2f} before, {os.getloadavg()[0]:.2f} after",
            f"- DeepWalk: 80 walks × 40 nodes per node, d = {a.size}, window {a.window}, negative {a.negative}, "
            f"{a.iter} epoch, {a.threads} threads, gensim min_count 1 (every node); F1 = Micro / Macro, mean of "
-           f"{a.splits} seeded splits, scikit-learn one-vs-rest LogisticRegression (C = 1) unless noted", ""]
+           f"{a.splits} seeded splits (`colonnade eval --labels`'s, scored by it and by scikit-learn's one-vs-rest "
+           "LogisticRegression, C = 1, tol 1e-6, on the same splits)", ""]
     if results["deepwalk"]:
         out += ["| graph | system | wall s (walks + train) | ×gensim | peak RSS MB | "
-                + " | ".join(f"F1 {int(f * 100)} %" for f in FRACTIONS) + " | F1 by `colonnade eval` " + " / ".join(f"{int(f*100)} %" for f in FRACTIONS) + " |",
-                "|---|---|---:|---:|---:|" + "---|" * len(FRACTIONS) + "---|"]
+                + " | ".join(f"F1 {int(f * 100)} %" for f in FRACTIONS) + " | F1 by `colonnade eval` " + " / ".join(f"{int(f*100)} %" for f in FRACTIONS) + " | max |ours − sklearn| |",
+                "|---|---|---:|---:|---:|" + "---|" * len(FRACTIONS) + "---|---:|"]
         for name, row in results["deepwalk"].items():
             g, c = row["gensim"], row["colonnade"]
             for who, r in (("gensim (Python walks)", g), ("Colonnade", c)):
@@ -364,7 +377,8 @@ def main() -> int:
                           else f"{wall:.1f}")
                 ours = r["f1_colonnade_eval"]
                 out.append(f"| {name} | {who} | {detail} | {g['wall_seconds'] / wall:.2f}× | {r['peak_rss_mb']:.0f} | "
-                           + " | ".join(f1_cells(r["f1_sklearn"])) + " | " + ", ".join(f1_cells(ours)) + " |")
+                           + " | ".join(f1_cells(r["f1_sklearn"])) + " | " + ", ".join(f1_cells(ours))
+                           + f" | {r['f1_max_disagreement']:.4f} |")
     if results["node2vec"]:
         out += ["", "node2vec: Colonnade's walks (10 × 80 per node, `--save-walks`) trained by Colonnade and the same "
                 "walks fed to gensim; F1 Micro / Macro by scikit-learn:", "",

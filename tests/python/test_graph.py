@@ -15,7 +15,6 @@ import subprocess
 from pathlib import Path
 
 import numpy as np
-import pytest
 from gensim.models import KeyedVectors
 
 from conftest import REPO, clean_env, colonnade, run, run_fail
@@ -140,7 +139,6 @@ def sklearn_f1(vectors: Path, labels: Path, fraction: float, splits: int = 3) ->
 
 
 def test_deepwalk_on_cora_classifies_nodes(tmp_path):
-    pytest.importorskip("sklearn", reason="scikit-learn is installed by scripts/setup.sh")
     cora = graph("cora")
     out = tmp_path / "cora.bin"
     run(graph_train(cora, out, walks_per_node=10, walk_length=40, size=64, window=10))
