@@ -184,7 +184,7 @@ def gensim_worker(args: argparse.Namespace) -> None:
         cbow_mean=1,
         hs=0,
         workers=args.threads,
-        seed=1,
+        seed=args.seed,
     )
     corpus = LineSentence(args.gensim_worker_corpus, max_sentence_length=10_000)
     t0 = time.monotonic()
@@ -232,9 +232,10 @@ def training_flags(args: argparse.Namespace, iters: int) -> list[str]:
     return flags
 
 
-def run_gensim(args: argparse.Namespace, plain: Path, work: Path) -> dict:
-    out = work / "gensim.bin"
-    result_path = work / "gensim.json"
+def run_gensim(args: argparse.Namespace, plain: Path, work: Path, seed: int = 1, tag: str = "gensim") -> dict:
+    """One gensim training run in a child process (gensim's own `seed`)."""
+    out = work / f"{tag}.bin"
+    result_path = work / f"{tag}.json"
     cmd = [
         sys.executable,
         str(Path(__file__).resolve()),
@@ -243,11 +244,12 @@ def run_gensim(args: argparse.Namespace, plain: Path, work: Path) -> dict:
         "--gensim-worker-result", str(result_path),
         *training_flags(args, args.iter),
         "--threads", str(args.threads),
+        "--seed", str(seed),
     ]
-    log("gensim: training (log: %s)" % (work / "gensim.log"))
-    proc = run_child(cmd, work / "gensim.log")
+    log("gensim: training (log: %s)" % (work / f"{tag}.log"))
+    proc = run_child(cmd, work / f"{tag}.log")
     if proc["returncode"] != 0:
-        raise SystemExit(f"gensim run failed (exit {proc['returncode']}):\n{tail(work / 'gensim.log')}")
+        raise SystemExit(f"gensim run failed (exit {proc['returncode']}):\n{tail(work / f'{tag}.log')}")
     res = json.loads(result_path.read_text())
     res.update(proc)
     res["vectors"] = str(out)
@@ -336,6 +338,7 @@ def _worker_main(argv: list[str]) -> int:
     p.add_argument("--iter", type=int, required=True)
     p.add_argument("--threads", type=int, required=True)
     p.add_argument("--cbow", action="store_true")
+    p.add_argument("--seed", type=int, default=1)
     args = p.parse_args(argv)
     if not (args.gensim_worker_corpus and args.gensim_worker_out and args.gensim_worker_result):
         p.error("--gensim-worker-corpus, --gensim-worker-out and --gensim-worker-result are required")
