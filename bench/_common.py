@@ -18,6 +18,7 @@ import os
 import platform
 import re
 import resource
+import shlex
 import subprocess
 import sys
 import threading
@@ -215,6 +216,18 @@ def gensim_worker(args: argparse.Namespace) -> None:
     Path(args.gensim_worker_result).write_text(json.dumps(result, indent=2))
 
 
+def add_training_args(p: argparse.ArgumentParser, iter_help: str | None = None) -> None:
+    """The word2vec hyper-parameters of a benchmark (what `training_flags`
+    passes on), with the defaults every benchmark here shares."""
+    p.add_argument("--size", type=int, default=100)
+    p.add_argument("--window", type=int, default=5)
+    p.add_argument("--negative", type=int, default=5)
+    p.add_argument("--min-count", type=int, default=5)
+    p.add_argument("--sample", type=float, default=1e-4)
+    p.add_argument("--alpha", type=float, default=0.025)
+    p.add_argument("--iter", type=int, default=5, help=iter_help)
+
+
 def training_flags(args: argparse.Namespace, iters: int) -> list[str]:
     """The word2vec hyper-parameters every trainer of a benchmark gets, as flags
     (`colonnade train` and the gensim worker take the same names)."""
@@ -230,6 +243,22 @@ def training_flags(args: argparse.Namespace, iters: int) -> list[str]:
     if getattr(args, "cbow", False):
         flags.append("--cbow")  # gensim: sg=0, cbow_mean=1
     return flags
+
+
+def make_vocab(args: argparse.Namespace, plain: Path, work: Path) -> dict:
+    """`colonnade vocab` of the corpus into work/vocab.tsv (min-count from `args`)."""
+    vocab = work / "vocab.tsv"
+    cmd = [str(args.bin_dir / "colonnade"), "vocab", "--corpus", str(plain),
+           "--min-count", str(args.min_count), "--output", str(vocab)]
+    log(f"vocabulary: {shlex.join(cmd)}")
+    proc = run_child(cmd, work / "vocab.log")
+    if proc["returncode"] != 0:
+        raise SystemExit(f"colonnade vocab failed (exit {proc['returncode']}):\n{tail(work / 'vocab.log')}")
+    with open(vocab, encoding="utf-8") as f:
+        words = sum(1 for line in f if line.strip() and not line.startswith("#"))
+    proc.update({"path": str(vocab), "words": words, "command": cmd})
+    log(f"vocabulary: {words:,} words in {proc['wall_seconds']:.1f} s")
+    return proc
 
 
 def run_gensim(args: argparse.Namespace, plain: Path, work: Path, seed: int = 1, tag: str = "gensim") -> dict:

@@ -50,6 +50,7 @@ from _common import (  # bench/_common.py: helpers shared with bench/throughput.
     DEFAULT_CORPUS,
     DEFAULT_EVAL,
     REPO,
+    add_training_args,
     colonnade_version,
     decompress,
     evaluate,
@@ -178,13 +179,7 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     p.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS, help="corpus file (plain, .xz or .gz); default: %(default)s")
     p.add_argument("--eval-dir", type=Path, default=DEFAULT_EVAL, help="folder with questions-words.txt and wordsim353.tsv")
     p.add_argument("--bin-dir", type=Path, default=Path(os.environ.get("COLONNADE_BIN_DIR", REPO / "target" / "release")))
-    p.add_argument("--size", type=int, default=100)
-    p.add_argument("--window", type=int, default=5)
-    p.add_argument("--negative", type=int, default=5)
-    p.add_argument("--min-count", type=int, default=5)
-    p.add_argument("--sample", type=float, default=1e-4)
-    p.add_argument("--alpha", type=float, default=0.025)
-    p.add_argument("--iter", type=int, default=5)
+    add_training_args(p)
     p.add_argument("--threads", type=int, default=2, help="gensim workers and Colonnade client threads")
     p.add_argument("--embedded-shards", type=int, default=2)
     p.add_argument("--skip-gensim", action="store_true", help="run and report Colonnade only")

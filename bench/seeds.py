@@ -24,21 +24,23 @@ import datetime as _dt
 import json
 import os
 import shlex
+import shutil
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (  # noqa: E402
     DATA,
     REPO,
+    add_training_args,
     colonnade_version,
     decompress,
     evaluate,
     log,
     machine_info,
+    make_vocab,
     run_child,
     run_gensim,
     set_log_name,
@@ -73,18 +75,12 @@ def main() -> int:
     p.add_argument("--eval-dir", type=Path, default=DATA / "eval")
     p.add_argument("--bin-dir", type=Path, default=Path(os.environ.get("COLONNADE_BIN_DIR", REPO / "target" / "release")))
     p.add_argument("--seeds", default="1,2,3", help="comma-separated seeds, one run of each system per seed")
-    p.add_argument("--size", type=int, default=100)
-    p.add_argument("--window", type=int, default=5)
-    p.add_argument("--negative", type=int, default=5)
-    p.add_argument("--min-count", type=int, default=5)
-    p.add_argument("--sample", type=float, default=1e-4)
-    p.add_argument("--alpha", type=float, default=0.025)
-    p.add_argument("--iter", type=int, default=5)
+    add_training_args(p)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--cbow", action="store_true", help="CBOW in both systems (gensim sg=0, cbow_mean=1)")
     p.add_argument("--colonnade-args", default="", help="extra flags for `colonnade train`, one string")
     p.add_argument("--json-out", type=Path, default=None)
-    p.add_argument("--workdir", type=Path, default=None, help="keep corpus, vectors and logs here")
+    p.add_argument("--workdir", type=Path, default=None, help="keep corpus, vectors and logs here (default: a temp dir, removed)")
     a = p.parse_args()
     seeds = [int(s) for s in a.seeds.split(",") if s.strip()]
     if not seeds:
@@ -93,22 +89,22 @@ def main() -> int:
     work.mkdir(parents=True, exist_ok=True)
     started = _dt.datetime.now(_dt.timezone.utc)
     load_before = os.getloadavg()
-    plain = work / "corpus.txt"
-    tokens = decompress(a.corpus, plain)
-    vocab = work / "vocab.tsv"
-    proc = run_child([str(a.bin_dir / "colonnade"), "vocab", "--corpus", str(plain), "--min-count", str(a.min_count),
-                      "--output", str(vocab)], work / "vocab.log")
-    if proc["returncode"] != 0:
-        raise SystemExit(f"colonnade vocab failed:\n{tail(work / 'vocab.log')}")
-    rows = []
-    for seed in seeds:
-        g = run_gensim(a, plain, work, seed=seed, tag=f"gensim-s{seed}")
-        rows.append({"system": "gensim", "seed": seed, "train_seconds": g["train_seconds"], "vectors": g["vectors"],
-                     "version": g.get("gensim_version")})
-        rows.append(run_colonnade(a, plain, vocab, work, seed))
-    for r in rows:
-        r["eval"] = evaluate(Path(r["vectors"]), a.eval_dir)
-        log(f"{r['system']} seed {r['seed']}: analogy {100 * r['eval']['analogy_accuracy']:.2f} %")
+    try:
+        plain = work / "corpus.txt"
+        tokens = decompress(a.corpus, plain)
+        vocab = Path(make_vocab(a, plain, work)["path"])
+        rows = []
+        for seed in seeds:
+            g = run_gensim(a, plain, work, seed=seed, tag=f"gensim-s{seed}")
+            rows.append({"system": "gensim", "seed": seed, "train_seconds": g["train_seconds"],
+                         "vectors": g["vectors"], "version": g.get("gensim_version")})
+            rows.append(run_colonnade(a, plain, vocab, work, seed))
+        for r in rows:
+            r["eval"] = evaluate(Path(r["vectors"]), a.eval_dir)
+            log(f"{r['system']} seed {r['seed']}: analogy {100 * r['eval']['analogy_accuracy']:.2f} %")
+    finally:
+        if a.workdir is None:
+            shutil.rmtree(work, ignore_errors=True)
 
     objective = "CBOW (gensim sg=0, cbow_mean=1)" if a.cbow else "skip-gram"
     out = [f"## Quality over seeds: {objective}, {a.corpus.name} ({tokens:,} tokens)", "",

@@ -71,12 +71,14 @@ from _common import (
     DEFAULT_CORPUS,
     DEFAULT_EVAL,
     REPO,
+    add_training_args,
     colonnade_version,
     decompress,
     evaluate,
     fmt,
     log,
     machine_info,
+    make_vocab,
     proc_cpu_seconds,
     run_child,
     run_gensim,
@@ -173,21 +175,6 @@ class Shard:
 
 
 # --------------------------------------------------------------------------- colonnade
-
-
-def make_vocab(args: argparse.Namespace, plain: Path, work: Path) -> dict:
-    vocab = work / "vocab.tsv"
-    cmd = [str(args.bin_dir / "colonnade"), "vocab", "--corpus", str(plain),
-           "--min-count", str(args.min_count), "--output", str(vocab)]
-    log(f"vocabulary: {shlex.join(cmd)}")
-    proc = run_child(cmd, work / "vocab.log")
-    if proc["returncode"] != 0:
-        raise SystemExit(f"colonnade vocab failed (exit {proc['returncode']}):\n{tail(work / 'vocab.log')}")
-    with open(vocab, encoding="utf-8") as f:
-        words = sum(1 for line in f if line.strip() and not line.startswith("#"))
-    proc.update({"path": str(vocab), "words": words, "command": cmd})
-    log(f"vocabulary: {words:,} words in {proc['wall_seconds']:.1f} s")
-    return proc
 
 
 def run_colonnade(
@@ -445,13 +432,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS, help="corpus file (plain, .xz or .gz); default: %(default)s")
     p.add_argument("--eval-dir", type=Path, default=DEFAULT_EVAL, help="folder with questions-words.txt and wordsim353.tsv")
     p.add_argument("--bin-dir", type=Path, default=Path(os.environ.get("COLONNADE_BIN_DIR", REPO / "target" / "release")))
-    p.add_argument("--size", type=int, default=100)
-    p.add_argument("--window", type=int, default=5)
-    p.add_argument("--negative", type=int, default=5)
-    p.add_argument("--min-count", type=int, default=5)
-    p.add_argument("--sample", type=float, default=1e-4)
-    p.add_argument("--alpha", type=float, default=0.025)
-    p.add_argument("--iter", type=int, default=5, help="epochs of the main runs (default: %(default)s)")
+    add_training_args(p, iter_help="epochs of the main runs (default: %(default)s)")
     p.add_argument("--cbow", action="store_true", help="CBOW instead of skip-gram, in every system (gensim sg=0, cbow_mean=1)")
     p.add_argument("--seed", type=int, default=1, help="Colonnade run seed (gensim always uses seed=1)")
     p.add_argument("--threads", type=int, default=2, help="gensim workers and Colonnade client threads (default: %(default)s)")

@@ -139,9 +139,9 @@ kill_shard=${COLONNADE_TEST_KILL_SHARD:-1}
 export COLONNADE_MIN_COUNT=${COLONNADE_MIN_COUNT:-5}
 # word2vec's default --sample 1e-3 keeps the frequent words of this 2M-word
 # slice (21K-word vocabulary) so often that 2 workers at 16 minibatches in
-# flight diverged in one CI run of ten (the rows of "the", "of" take stale
-# steps from every minibatch in flight); 1e-4, as every benchmark here uses,
-# thins them out.
+# flight diverged (once in CI, once in ten runs outside docker: the rows of
+# "the", "of" take stale steps from every minibatch in flight); 1e-4, as
+# every benchmark here uses, thins them out.
 export COLONNADE_SAMPLE=${COLONNADE_SAMPLE:-1e-4}
 export COLONNADE_THREADS=${COLONNADE_THREADS:-2}
 export COLONNADE_SHARD_THREADS=${COLONNADE_SHARD_THREADS:-1}
