@@ -191,6 +191,10 @@ def gensim_worker(args: argparse.Namespace) -> None:
     t0 = time.monotonic()
     model.build_vocab(corpus_iterable=corpus)
     vocab_seconds = time.monotonic() - t0
+    init_scale = getattr(args, "init_scale", 1.0)
+    if init_scale != 1.0:
+        # e.g. 0.5: word2vec C's U[-0.5/d, 0.5/d) instead of gensim 4's U[-1/d, 1/d)
+        model.wv.vectors *= init_scale
     r0 = resource.getrusage(resource.RUSAGE_SELF)
     t0 = time.monotonic()
     trained_words, raw_words = model.train(
@@ -261,8 +265,10 @@ def make_vocab(args: argparse.Namespace, plain: Path, work: Path) -> dict:
     return proc
 
 
-def run_gensim(args: argparse.Namespace, plain: Path, work: Path, seed: int = 1, tag: str = "gensim") -> dict:
-    """One gensim training run in a child process (gensim's own `seed`)."""
+def run_gensim(args: argparse.Namespace, plain: Path, work: Path, seed: int = 1, tag: str = "gensim",
+               init_scale: float = 1.0) -> dict:
+    """One gensim training run in a child process (gensim's own `seed`; its
+    initial input vectors times `init_scale`)."""
     out = work / f"{tag}.bin"
     result_path = work / f"{tag}.json"
     cmd = [
@@ -274,6 +280,7 @@ def run_gensim(args: argparse.Namespace, plain: Path, work: Path, seed: int = 1,
         *training_flags(args, args.iter),
         "--threads", str(args.threads),
         "--seed", str(seed),
+        "--gensim-worker-init-scale", repr(init_scale),
     ]
     log("gensim: training (log: %s)" % (work / f"{tag}.log"))
     proc = run_child(cmd, work / f"{tag}.log")
@@ -292,6 +299,7 @@ def add_gensim_worker_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gensim-worker-corpus", help=argparse.SUPPRESS)
     p.add_argument("--gensim-worker-out", help=argparse.SUPPRESS)
     p.add_argument("--gensim-worker-result", help=argparse.SUPPRESS)
+    p.add_argument("--gensim-worker-init-scale", dest="init_scale", type=float, default=1.0, help=argparse.SUPPRESS)
 
 
 # --------------------------------------------------------------------------- colonnade

@@ -50,6 +50,7 @@ from _common import (  # bench/_common.py: helpers shared with bench/throughput.
     DEFAULT_CORPUS,
     DEFAULT_EVAL,
     REPO,
+    add_gensim_worker_args,
     add_training_args,
     colonnade_version,
     decompress,
@@ -189,9 +190,7 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
                    help="result file (default: <repo>/bench/results/quality-<time>.json)")
     p.add_argument("--workdir", type=Path, default=None, help="keep the corpus, vectors and logs here (default: a temp dir, removed)")
     # Internal: the gensim child process.
-    p.add_argument("--gensim-worker-corpus", help=argparse.SUPPRESS)
-    p.add_argument("--gensim-worker-out", help=argparse.SUPPRESS)
-    p.add_argument("--gensim-worker-result", help=argparse.SUPPRESS)
+    add_gensim_worker_args(p)
     args, unknown = p.parse_known_args(argv)
     return args, unknown
 

@@ -23,6 +23,7 @@ import argparse
 import datetime as _dt
 import json
 import os
+import re
 import shlex
 import shutil
 import statistics
@@ -51,11 +52,13 @@ from _common import (  # noqa: E402
 DEFAULT_CORPUS = DATA / "corpus" / "enwiki_text8style_part01.txt.xz"
 
 
-def run_colonnade(a, plain: Path, vocab: Path, work: Path, seed: int) -> dict:
-    tag = f"colonnade-s{seed}"
+def run_colonnade(a, plain: Path, vocab: Path, work: Path, seed: int, bin_dir: Path | None = None,
+                  system: str = "Colonnade") -> dict:
+    bin_dir = bin_dir or a.bin_dir
+    tag = "-".join(re.findall(r"[a-z0-9]+", system.lower())) + f"-s{seed}"
     out = work / f"{tag}.bin"
     summary = work / f"{tag}.summary.json"
-    cmd = [str(a.bin_dir / "colonnade"), "train", "--corpus", str(plain), "--vocab", str(vocab),
+    cmd = [str(bin_dir / "colonnade"), "train", "--corpus", str(plain), "--vocab", str(vocab),
            "--embedded-shards", "1", "--threads", str(a.threads), *training_flags(a, a.iter),
            "--seed", str(seed), *shlex.split(a.colonnade_args),
            "--output-binary", str(out), "--summary", str(summary)]
@@ -64,7 +67,7 @@ def run_colonnade(a, plain: Path, vocab: Path, work: Path, seed: int) -> dict:
     if proc["returncode"] != 0:
         raise SystemExit(f"{tag} failed:\n{tail(work / f'{tag}.log')}")
     s = json.loads(summary.read_text())
-    return {"system": "Colonnade", "seed": seed, "train_seconds": s.get("seconds"), "vectors": str(out),
+    return {"system": system, "seed": seed, "train_seconds": s.get("seconds"), "vectors": str(out),
             "command": shlex.join(cmd), **{k: proc[k] for k in ("wall_seconds", "cpu_seconds", "peak_rss_mb") if k in proc}}
 
 
@@ -79,6 +82,12 @@ def main() -> int:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--cbow", action="store_true", help="CBOW in both systems (gensim sg=0, cbow_mean=1)")
     p.add_argument("--colonnade-args", default="", help="extra flags for `colonnade train`, one string")
+    p.add_argument("--baseline-bin-dir", type=Path, default=None,
+                   help="also train each seed with the `colonnade` in this directory (an older build), "
+                        "reported as 'Colonnade (baseline)': old and new binary in one run")
+    p.add_argument("--gensim-c-init", action="store_true",
+                   help="also train gensim with word2vec C's initial range U[-0.5/d, 0.5/d) "
+                        "(gensim 4 draws from U[-1/d, 1/d)), reported as 'gensim (C init)'")
     p.add_argument("--json-out", type=Path, default=None)
     p.add_argument("--workdir", type=Path, default=None, help="keep corpus, vectors and logs here (default: a temp dir, removed)")
     a = p.parse_args()
@@ -98,7 +107,13 @@ def main() -> int:
             g = run_gensim(a, plain, work, seed=seed, tag=f"gensim-s{seed}")
             rows.append({"system": "gensim", "seed": seed, "train_seconds": g["train_seconds"],
                          "vectors": g["vectors"], "version": g.get("gensim_version")})
+            if a.gensim_c_init:
+                g = run_gensim(a, plain, work, seed=seed, tag=f"gensim-cinit-s{seed}", init_scale=0.5)
+                rows.append({"system": "gensim (C init)", "seed": seed, "train_seconds": g["train_seconds"],
+                             "vectors": g["vectors"], "version": g.get("gensim_version")})
             rows.append(run_colonnade(a, plain, vocab, work, seed))
+            if a.baseline_bin_dir:
+                rows.append(run_colonnade(a, plain, vocab, work, seed, a.baseline_bin_dir, "Colonnade (baseline)"))
         for r in rows:
             r["eval"] = evaluate(Path(r["vectors"]), a.eval_dir)
             log(f"{r['system']} seed {r['seed']}: analogy {100 * r['eval']['analogy_accuracy']:.2f} %")
@@ -109,7 +124,9 @@ def main() -> int:
     objective = "CBOW (gensim sg=0, cbow_mean=1)" if a.cbow else "skip-gram"
     out = [f"## Quality over seeds: {objective}, {a.corpus.name} ({tokens:,} tokens)", "",
            f"- Command: `{shlex.join(['python', 'bench/seeds.py', *sys.argv[1:]])}`",
-           f"- Date: {started:%Y-%m-%d %H:%M} UTC; {colonnade_version(a.bin_dir)}; load average {load_before[0]:.2f} before, "
+           f"- Date: {started:%Y-%m-%d %H:%M} UTC; {colonnade_version(a.bin_dir)}"
+           + (f" (baseline: {colonnade_version(a.baseline_bin_dir)} in {a.baseline_bin_dir})" if a.baseline_bin_dir else "")
+           + f"; load average {load_before[0]:.2f} before, "
            f"{os.getloadavg()[0]:.2f} after",
            f"- Settings: {shlex.join(training_flags(a, a.iter))}, {a.threads} threads; Colonnade: 1 embedded shard "
            f"{a.colonnade_args}".rstrip(), "",
@@ -120,7 +137,7 @@ def main() -> int:
                    f"({100 * e['analogy_semantic']:.2f} / {100 * e['analogy_syntactic']:.2f}) | {e['ws353_spearman']:.3f} |")
     out += ["", "| system | runs | analogy mean | median | min – max | WS-353 mean |", "|---|---:|---:|---:|---|---:|"]
     stats = {}
-    for system in ("gensim", "Colonnade"):
+    for system in dict.fromkeys(r["system"] for r in rows):
         acc = [100 * r["eval"]["analogy_accuracy"] for r in rows if r["system"] == system]
         ws = [r["eval"]["ws353_spearman"] for r in rows if r["system"] == system]
         stats[system] = {"mean": statistics.mean(acc), "median": statistics.median(acc), "min": min(acc), "max": max(acc),

@@ -1,5 +1,7 @@
-//! Initial values of the vectors. As in word2vec, input vectors start uniform in
-//! [−0.5/d, 0.5/d) and output vectors at zero. Component c of u(w) is word c of
+//! Initial values of the vectors. As in gensim 4, input vectors start uniform
+//! in [−1/d, 1/d) and output vectors at zero. (word2vec C draws from
+//! [−0.5/d, 0.5/d); on part 01 that range cost gensim's own CBOW 1.1 analogy
+//! points, docs/benchmarks.md "CBOW against gensim CBOW".) Component c of u(w) is word c of
 //! the ChaCha8 stream `w` under the key derived from the init seed, so any shard
 //! computes its columns without the others and the starting model is the same
 //! for every shard count.
@@ -14,10 +16,10 @@ pub fn init_input_row(init_seed: u64, dim: u32, word: u64, col_start: u32, out: 
     let mut rng = ChaCha8Rng::seed_from_u64(key);
     rng.set_stream(word);
     rng.set_word_pos(u128::from(col_start));
-    let scale = 1.0 / dim as f32;
+    let scale = 2.0 / dim as f32;
     for x in out {
         let unit = (rng.next_u32() >> 8) as f32 * (1.0 / (1u32 << 24) as f32);
-        *x = (unit - 0.5) * scale;
+        *x = (unit - 0.5) * scale; // (2·unit − 1)/d, in [−1/d, 1/d)
     }
 }
 
@@ -38,7 +40,8 @@ mod tests {
             a.extend(b);
             assert_eq!(a, full);
         }
-        assert!(full.iter().all(|x| x.abs() <= 0.5 / dim as f32));
+        assert!(full.iter().all(|x| x.abs() <= 1.0 / dim as f32));
+        assert!(full.iter().any(|x| x.abs() > 0.5 / dim as f32));
         let mut other = vec![0.0; dim as usize];
         init_input_row(9, dim, 12346, 0, &mut other);
         assert_ne!(other, full);

@@ -36,8 +36,8 @@ fn row_initialisation_is_pinned() {
     let got: Vec<u32> = row.iter().chain(&tail).map(|x| x.to_bits()).collect();
     assert_eq!(got, GOLDEN_INIT);
     assert!(
-        row.iter().chain(&tail).all(|x| x.abs() <= 0.005),
-        "uniform in ±0.5/d"
+        row.iter().chain(&tail).all(|x| x.abs() <= 0.01),
+        "uniform in ±1/d"
     );
 }
 
@@ -66,8 +66,8 @@ const GOLDEN_RNG: [u64; 4] = [
 ];
 /// f32 bits: columns 0..6 and 97..100 of u(12345), dim 100, init seed 9.
 const GOLDEN_INIT: [u32; 9] = [
-    3134311823, 998981034, 3124122450, 995179092, 3148029321, 3133691909, 3115438756, 995199585,
-    999651970,
+    3142700431, 1007369642, 3132511058, 1003567700, 3156417929, 3142080517, 3123827364, 1003588193,
+    1008040578,
 ];
 const GOLDEN_DRAWS: [u32; 16] = [1, 1, 4, 5, 4, 1, 0, 5, 2, 2, 1, 1, 3, 0, 2, 3];
 const GOLDEN_NEGATIVES: [u32; 8] = [1, 1, 1, 3, 5, 3, 2, 1];

@@ -175,9 +175,9 @@ def test_training_learned_something(trained):
     assert summary["final_loss"] is not None
     assert summary["final_loss"] < (1 + NEGATIVE) * math.log(2)
     kv = KeyedVectors.load_word2vec_format(trained.binary, binary=True)
-    # Initial vectors are uniform in ±0.5/D: norm at most 0.5/sqrt(D).
+    # Initial vectors are uniform in ±1/D: norm at most 1/sqrt(D).
     norms = np.linalg.norm(kv.vectors[:100], axis=1)
-    assert np.median(norms) > 3 * 0.5 / math.sqrt(DIM)
+    assert np.median(norms) > 3 / math.sqrt(DIM)
     # Number words are the clearest cluster in text8-style text.
     neighbours = [w for w, _ in kv.most_similar("three", topn=10)]
     assert len(NUMBER_WORDS & set(neighbours)) >= 5, neighbours
