@@ -971,8 +971,52 @@ fn validate(args: &TrainArgs) -> anyhow::Result<()> {
     if args.negative == 0 {
         bail!("--negative must be at least 1 (hierarchical softmax is not supported)");
     }
-    if !(args.alpha.is_finite() && args.alpha > 0.0) {
-        bail!("--alpha must be a positive number, got {}", args.alpha);
+    if !(args.alpha.is_finite() && args.alpha > 0.0 && args.alpha <= colonnade_proto::MAX_ALPHA) {
+        bail!(
+            "--alpha must be a positive number up to {} (word2vec's default is 0.025), got {}",
+            colonnade_proto::MAX_ALPHA,
+            args.alpha
+        );
+    }
+    if args.negative > colonnade_proto::MAX_NEGATIVE {
+        bail!(
+            "--negative {} is more than the shards accept ({})",
+            args.negative,
+            colonnade_proto::MAX_NEGATIVE
+        );
+    }
+    if args.size > colonnade_proto::MAX_DIM {
+        bail!(
+            "--size {} is more than the shards accept ({})",
+            args.size,
+            colonnade_proto::MAX_DIM
+        );
+    }
+    crate::shards::refuse_duplicates(&args.shards)?;
+    if !args.shards.is_empty() || args.embedded_grpc {
+        // The most dot products one call can ask of a shard: every input
+        // position at the widest window.
+        let per_call = args.minibatches_per_call.map_or(4, u64::from);
+        let examples = if args.cbow {
+            1
+        } else {
+            2 * u64::from(args.window)
+        };
+        let dots = per_call
+            .saturating_mul(args.minibatch as u64)
+            .saturating_mul(examples)
+            .saturating_mul(1 + u64::from(args.negative));
+        if dots > colonnade_proto::MAX_CALL_DOTS {
+            bail!(
+                "--minibatch {} × --minibatches-per-call {per_call} × {examples} examples per \
+                 input (at --window {}) × (1 + --negative {}) = up to {dots} dot products per call, \
+                 more than the shards accept ({}): lower --minibatches-per-call or --minibatch",
+                args.minibatch,
+                args.window,
+                args.negative,
+                colonnade_proto::MAX_CALL_DOTS
+            );
+        }
     }
     if !(args.sample.is_finite() && args.sample >= 0.0) {
         bail!("--sample must be 0 or positive, got {}", args.sample);

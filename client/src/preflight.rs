@@ -49,12 +49,9 @@ pub fn check_corpus(corpus: &[PathBuf], vocab_given: bool, iter: u32) -> anyhow:
     Ok(())
 }
 
-/// Bytes of the negative sampler's alias table per word, on every shard
-/// (`AliasSampler`: a u32 threshold and a u32 alias per bucket).
-const SAMPLER_BYTES_PER_WORD: u64 = 8;
-
-/// The memory a model needs on each of `shards` shards: both matrices with
-/// their row locks ([`ShardSpec::matrix_bytes`]) and the sampler.
+/// The memory a model holds on each of `shards` shards: both matrices with
+/// their row locks, the sampler's alias table and the counts
+/// ([`ShardSpec::held_bytes`]).
 pub fn shard_bytes(spec: &ModelSpec, shards: u32) -> Vec<u64> {
     (0..shards)
         .map(|i| {
@@ -64,9 +61,7 @@ pub fn shard_bytes(spec: &ModelSpec, shards: u32) -> Vec<u64> {
                 col_start: cols.start,
                 col_end: cols.end,
             };
-            shard
-                .matrix_bytes()
-                .saturating_add(SAMPLER_BYTES_PER_WORD * spec.vocab_size)
+            shard.held_bytes()
         })
         .collect()
 }
@@ -175,12 +170,13 @@ mod tests {
 
     #[test]
     fn shard_bytes_follow_the_readme_formula() {
-        // 2 matrices × V × (cols·4 + 4 bytes of row lock) + 8·V sampler bytes.
+        // 2 matrices × V × (cols·4 + 4 bytes of row lock) + 8·V sampler
+        // bytes + 8·V of counts.
         let v = 1000u64;
         let per = shard_bytes(&spec(v, 10), 3);
         let cols = [3u64, 3, 4];
         for (b, c) in per.iter().zip(cols) {
-            assert_eq!(*b, 2 * v * (c * 4 + 4) + 8 * v);
+            assert_eq!(*b, 2 * v * (c * 4 + 4) + 16 * v);
         }
     }
 

@@ -64,6 +64,26 @@ fn root_cause(e: &dyn std::error::Error) -> String {
     cur.to_string()
 }
 
+/// Refuses a shard list naming one endpoint twice (ignoring an `http://`
+/// scheme and a trailing `/`), before anything is connected or created: a
+/// shard listed twice would be given two column ranges of one model.
+pub fn refuse_duplicates(endpoints: &[String]) -> anyhow::Result<()> {
+    let key = |e: &str| {
+        let e = e.trim().trim_end_matches('/');
+        e.strip_prefix("http://").unwrap_or(e).to_ascii_lowercase()
+    };
+    let mut seen: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+    for (i, e) in endpoints.iter().enumerate() {
+        if let Some(first) = seen.insert(key(e), i) {
+            anyhow::bail!(
+                "--shards lists {e} twice (shards {first} and {i}): each shard holds its own \
+                 columns of the model, so every endpoint must appear once"
+            );
+        }
+    }
+    Ok(())
+}
+
 /// How often [`connect_all`] says which shards it is still waiting for.
 const WAITING_LOG_EVERY: Duration = Duration::from_secs(5);
 
@@ -74,6 +94,7 @@ pub async fn connect_all(
     endpoints: &[String],
     timeout: Duration,
 ) -> anyhow::Result<Vec<GrpcShard>> {
+    refuse_duplicates(endpoints)?;
     let start = Instant::now();
     let deadline = start + timeout;
     let mut pending: Vec<usize> = (0..endpoints.len()).collect();

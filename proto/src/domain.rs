@@ -10,8 +10,24 @@ use colonnade_common::model::ModelSpec;
 pub const MAX_NEGATIVE: u32 = 1024;
 
 /// Largest number of (input, context) pairs one minibatch of the windows
-/// form may expand to (a 256-input minibatch with window 5 has ~1,500).
-pub const MAX_WINDOW_PAIRS: u64 = 1 << 22;
+/// form may expand to (a 256-input minibatch with window 5 has ~1,500, with
+/// the largest window, 255, at most 130,560).
+pub const MAX_WINDOW_PAIRS: u64 = 1 << 21;
+
+/// Largest number of dot products (examples × (1 + negative), over all its
+/// minibatches) one `dotprod` or `adjust` call may ask of a shard: 16 MiB of
+/// dot products back, and a bounded plan on the shard. The client's defaults
+/// ask ~61K (4 minibatches of 256 inputs, window 5, negative 5); `colonnade
+/// train` refuses settings whose worst case exceeds it before training.
+pub const MAX_CALL_DOTS: u64 = 1 << 22;
+
+/// Largest vector dimension a model may have (word2vec's are 50 to 1,000).
+pub const MAX_DIM: u32 = 1 << 16;
+
+/// Largest learning rate a minibatch may carry (word2vec's default is 0.025
+/// for skip-gram, 0.05 for CBOW): a larger one is a client bug or an attack,
+/// and would blow up the rows it touches.
+pub const MAX_ALPHA: f32 = 1.0;
 
 /// Errors a shard reports; each variant is one gRPC code.
 #[derive(Clone, Debug, thiserror::Error, PartialEq)]
@@ -96,6 +112,20 @@ impl ShardSpec {
             .saturating_mul(self.cols() as u64 * 4 + 4)
     }
 
+    /// Bytes a model of this spec holds on the shard: its two matrices, its
+    /// sampler's table and its counts (8 bytes a word each).
+    pub fn held_bytes(&self) -> u64 {
+        self.matrix_bytes()
+            .saturating_add(self.model.vocab_size.saturating_mul(16))
+    }
+
+    /// Bytes creating it takes at the peak: [`ShardSpec::held_bytes`] and
+    /// the counts as they arrive (8 bytes a word).
+    pub fn creation_bytes(&self) -> u64 {
+        self.held_bytes()
+            .saturating_add(self.model.vocab_size.saturating_mul(8))
+    }
+
     /// Checks every field, naming the first that is out of range.
     pub fn validate(&self) -> Result<(), ShardError> {
         let m = &self.model;
@@ -105,8 +135,11 @@ impl ShardSpec {
                 m.vocab_size
             )));
         }
-        if m.dim == 0 {
-            return Err(invalid("field `dim`: must be positive"));
+        if m.dim == 0 || m.dim > MAX_DIM {
+            return Err(invalid(format!(
+                "field `dim`: {} is outside 1..={MAX_DIM}",
+                m.dim
+            )));
         }
         if self.col_start >= self.col_end || self.col_end > m.dim {
             return Err(invalid(format!(
@@ -481,8 +514,11 @@ impl Minibatch {
                 &mut self.outputs,
             )?;
         }
-        if !b.alpha.is_finite() {
-            return Err(invalid(format!("field `alpha`: {} is not finite", b.alpha)));
+        if !(b.alpha.is_finite() && (0.0..=MAX_ALPHA).contains(&b.alpha)) {
+            return Err(invalid(format!(
+                "field `alpha`: {} is outside [0, {MAX_ALPHA}]",
+                b.alpha
+            )));
         }
         self.seed = b.seed;
         self.alpha = b.alpha;

@@ -24,7 +24,8 @@ pub mod domain;
 pub mod shards;
 
 pub use domain::{
-    Matrix, Minibatch, MinibatchId, Segment, ShardError, ShardSpec, Windows, MAX_NEGATIVE,
+    Matrix, Minibatch, MinibatchId, Segment, ShardError, ShardSpec, Windows, MAX_ALPHA,
+    MAX_CALL_DOTS, MAX_DIM, MAX_NEGATIVE,
 };
 pub use shards::{CallError, ModelShards};
 
@@ -34,8 +35,11 @@ pub use shards::{CallError, ModelShards};
 /// sentence windows, weights as half floats scaled by 1/α.
 pub const API_VERSION: u32 = 4;
 
-/// Largest gRPC message either side accepts or sends (default tonic limit is 4 MiB).
-pub const MAX_MESSAGE_BYTES: usize = 512 * 1024 * 1024;
+/// Largest gRPC message either side accepts or sends (default tonic limit is
+/// 4 MiB). The largest real ones are a call's dot products (at most
+/// [`MAX_CALL_DOTS`] × 4 bytes), a chunk of counts (8 MiB) and an export
+/// block (≲ 4 MiB); anything larger is refused before it is buffered whole.
+pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
 
 /// Connects to a shard at `endpoint` (`host:port` or a URL), with the message
 /// size limits both sides use. Errors name the endpoint.

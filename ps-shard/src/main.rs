@@ -9,13 +9,19 @@ use std::sync::Arc;
 #[derive(Parser, Debug)]
 #[command(name = "ps-shard", version)]
 struct Args {
-    /// Address to listen on.
-    #[arg(long, env = "COLONNADE_LISTEN", default_value = "0.0.0.0:50051")]
+    /// Address to listen on. Loopback by default: listening on other
+    /// interfaces (`0.0.0.0:50051`, as the compose and Kubernetes
+    /// deployments do) is a decision for whoever runs the shard.
+    #[arg(long, env = "COLONNADE_LISTEN", default_value = "127.0.0.1:50051")]
     listen: SocketAddr,
     /// Worker threads for dotprod/adjust (default: available cores).
     #[arg(long, env = "COLONNADE_SHARD_THREADS")]
     threads: Option<usize>,
-    /// Refuse models whose two matrices need more than this many bytes.
+    /// Memory budget of all models on this shard together (matrices,
+    /// samplers, counts, and models being created): a CreateModel that would
+    /// pass it is refused with RESOURCE_EXHAUSTED before its counts are
+    /// received. Default: 90 % of the memory this process may use (its
+    /// cgroup's limit, else the machine's).
     #[arg(long, env = "COLONNADE_MAX_MODEL_BYTES")]
     max_model_bytes: Option<u64>,
     /// Keep models and their checkpoints in this directory: at start the
@@ -43,14 +49,15 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let threads = args
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, std::num::NonZero::get));
+    let max_model_bytes = args.max_model_bytes.unwrap_or_else(default_budget);
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
     let addr = listener.local_addr().context("listener address")?;
-    tracing::info!(%addr, threads, version = env!("CARGO_PKG_VERSION"), data_dir = ?args.data_dir, "ps-shard serving");
+    tracing::info!(%addr, threads, max_model_bytes, version = env!("CARGO_PKG_VERSION"), data_dir = ?args.data_dir, "ps-shard serving");
     let core = Arc::new(match args.data_dir {
-        Some(dir) => ShardCore::persistent(args.max_model_bytes, dir),
-        None => ShardCore::new(args.max_model_bytes),
+        Some(dir) => ShardCore::persistent(Some(max_model_bytes), dir),
+        None => ShardCore::new(Some(max_model_bytes)),
     });
     let (failed_tx, failed_rx) = tokio::sync::oneshot::channel::<anyhow::Error>();
     if core.is_loading() {
@@ -92,6 +99,18 @@ async fn run(args: Args) -> anyhow::Result<()> {
     }
     tracing::info!("ps-shard stopped");
     Ok(())
+}
+
+/// 90 % of the memory this process may use: its cgroup's limit when it has
+/// one (a container), else the machine's memory.
+fn default_budget() -> u64 {
+    let mut sys = sysinfo::System::new();
+    sys.refresh_memory();
+    let machine = sys.total_memory();
+    let usable = sys
+        .cgroup_limits()
+        .map_or(machine, |c| c.total_memory.min(machine));
+    usable / 10 * 9
 }
 
 async fn shutdown_signal() {

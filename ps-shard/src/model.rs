@@ -128,6 +128,11 @@ impl Model {
         )))
     }
 
+    /// Bytes this model holds: [`Model::memory_bytes`] and its counts.
+    pub fn held_bytes(&self) -> u64 {
+        self.memory_bytes() as u64 + self.counts.len() as u64 * 8
+    }
+
     pub fn memory_bytes(&self) -> usize {
         self.u.memory_bytes() + self.v.memory_bytes() + self.sampler.memory_bytes()
     }

@@ -231,6 +231,22 @@ impl Targets {
         }
     }
 
+    /// Bytes of its buffers (their capacities): what keeping it costs.
+    pub fn heap_bytes(&self) -> usize {
+        use std::mem::size_of;
+        let u32s = self.inputs.capacity()
+            + self.context_counts.capacity()
+            + self.contexts.capacity()
+            + self.ids.capacity()
+            + self.negs.capacity()
+            + self.input_of_pair.capacity();
+        let u64s = self.keys.capacity() + self.keys_tmp.capacity() + self.input_keys.capacity();
+        u32s * 4
+            + u64s * 8
+            + (self.plan.capacity() + self.groups.capacity()) * size_of::<(u32, u32)>()
+            + self.input_scale.capacity() * 4
+    }
+
     /// Dot products planned (examples × (1 + negative)).
     pub fn len(&self) -> usize {
         self.ids.len()

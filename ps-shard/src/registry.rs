@@ -1,5 +1,6 @@
 //! The models a shard holds, keyed by fingerprint: creating (or attaching
-//! to) one within the shard's memory limit, looking one up, dropping one;
+//! to) one within the shard's memory budget (all its models together, and
+//! those being created), looking one up, dropping one;
 //! with a data dir, each model's files and checkpoints
 //! ([`crate::checkpoints`]).
 
@@ -16,13 +17,38 @@ use std::sync::Arc;
 #[derive(Default)]
 pub struct ShardCore {
     models: DashMap<u64, Arc<Model>>,
-    /// Refuse models whose matrices would exceed this many bytes.
+    /// The memory budget of all models together ([`ShardSpec::held_bytes`]
+    /// each, and [`ShardSpec::creation_bytes`] while one is created): a model
+    /// that would pass it is refused before its counts are received.
     pub max_model_bytes: Option<u64>,
+    /// Bytes reserved by creations under way.
+    reserved: Arc<parking_lot::Mutex<u64>>,
     /// Where models and their checkpoints are kept (`--data-dir`).
     pub data_dir: Option<PathBuf>,
     pub(crate) checkpoints: DashMap<u64, Arc<Checkpoints>>,
     /// True until the data dir is loaded: model calls answer UNAVAILABLE.
     loading: AtomicBool,
+}
+
+/// What [`ShardCore::admit`] decided.
+pub enum Admission {
+    /// The shard holds the model already (with the same columns).
+    Existing(Created),
+    /// A new model, whose memory is reserved until the reservation drops.
+    New(Reservation),
+}
+
+/// Bytes of the budget held for a model being created; released on drop
+/// (the model, once inserted, is counted by itself).
+pub struct Reservation {
+    reserved: Arc<parking_lot::Mutex<u64>>,
+    bytes: u64,
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        *self.reserved.lock() -= self.bytes;
+    }
 }
 
 /// What `create_model` did.
@@ -82,10 +108,22 @@ impl ShardCore {
     /// Creates the model, or attaches to it if this shard already holds the same
     /// model with the same columns (its trained state is kept).
     pub fn create_model(&self, spec: ShardSpec, counts: &[u64]) -> Result<Created, ShardError> {
+        let admission = self.admit(&spec)?;
+        self.create_admitted(spec, counts, admission)
+    }
+
+    /// [`ShardCore::create_model`] for a spec [`ShardCore::admit`] admitted.
+    pub fn create_admitted(
+        &self,
+        spec: ShardSpec,
+        counts: &[u64],
+        admission: Admission,
+    ) -> Result<Created, ShardError> {
         let fingerprint = spec.model.fingerprint();
-        if let Some(existing) = self.admit(&spec)? {
-            return Ok(existing);
-        }
+        let _reservation = match admission {
+            Admission::Existing(created) => return Ok(created),
+            Admission::New(r) => r,
+        };
         let model = Arc::new(Model::new(spec.clone(), counts)?);
         match self.models.entry(fingerprint) {
             Entry::Occupied(e) => attach(e.get(), &spec),
@@ -101,26 +139,49 @@ impl ShardCore {
         }
     }
 
+    /// Bytes the models this shard holds take ([`Model::held_bytes`]).
+    pub fn held_bytes(&self) -> u64 {
+        self.models.iter().map(|m| m.held_bytes()).sum()
+    }
+
     /// Whether `spec` may be created here, checked before its counts are
-    /// received: the spec is valid and fits `max_model_bytes`; `Some` when
-    /// this shard already holds the model (attaching to it is allowed).
-    pub fn admit(&self, spec: &ShardSpec) -> Result<Option<Created>, ShardError> {
+    /// received: the spec is valid, and the model fits the memory budget
+    /// beside the models held and those being created (its bytes are then
+    /// reserved); or this shard already holds the model (attaching to it is
+    /// allowed).
+    pub fn admit(&self, spec: &ShardSpec) -> Result<Admission, ShardError> {
         self.unavailable_while_loading()?;
         spec.validate()?;
         if let Some(existing) = self.models.get(&spec.model.fingerprint()) {
-            return attach(&existing, spec).map(Some);
+            return attach(&existing, spec).map(Admission::Existing);
         }
+        let need = spec.creation_bytes();
+        let mut reserved = self.reserved.lock();
         if let Some(limit) = self.max_model_bytes {
-            if spec.matrix_bytes() > limit {
+            let held = self.held_bytes();
+            if held.saturating_add(*reserved).saturating_add(need) > limit {
+                let others = self.models.len();
                 return Err(ShardError::ResourceExhausted(format!(
-                    "model needs {} bytes for {} words × ({} columns + a row lock) × 2 matrices, over this shard's limit of {limit}",
-                    spec.matrix_bytes(),
+                    "model needs {need} bytes ({} words × ({} columns + a row lock) × 2 matrices, \
+                     its sampler and counts); this shard holds {held} bytes in {others} other \
+                     model(s){} and its memory budget is {limit} bytes (ps-shard \
+                     --max-model-bytes): use more shards (fewer columns each), a smaller \
+                     --size, or drop models it no longer needs (`colonnade models drop`)",
                     spec.model.vocab_size,
-                    spec.cols()
+                    spec.cols(),
+                    if *reserved > 0 {
+                        format!(", {} bytes are reserved by models being created", *reserved)
+                    } else {
+                        String::new()
+                    }
                 )));
             }
         }
-        Ok(None)
+        *reserved += need;
+        Ok(Admission::New(Reservation {
+            reserved: Arc::clone(&self.reserved),
+            bytes: need,
+        }))
     }
 
     pub fn model(&self, fingerprint: u64) -> Result<Arc<Model>, ShardError> {

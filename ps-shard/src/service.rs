@@ -16,8 +16,7 @@ use colonnade_proto::v1::{
     StatusRequest, StatusResponse,
 };
 use colonnade_proto::{decode_f16_scaled_into, decode_u64, encode_f32};
-use colonnade_proto::{Matrix, Minibatch, ShardError, ShardSpec};
-use dashmap::DashMap;
+use colonnade_proto::{Matrix, Minibatch, ShardError, ShardSpec, MAX_CALL_DOTS};
 use futures::Stream;
 use std::cell::RefCell;
 use std::pin::Pin;
@@ -26,49 +25,95 @@ use std::sync::Arc;
 use tokio::sync::Semaphore;
 use tonic::{Request, Response, Status, Streaming};
 
-/// Rows per streamed export block (each block ≲ 4 MiB for 256 columns).
-const PULL_BLOCK_ROWS: u64 = 4096;
+/// Bytes of values per streamed export block (at least one row).
+const PULL_BLOCK_BYTES: u64 = 4 << 20;
 
-/// At most this many minibatches' targets wait for their `adjust` (the cache
-/// is cleared when full; ≲ 250 KB each for 256-input minibatches).
-const TARGET_CACHE_ENTRIES: usize = 512;
+/// Most PullRows streams open at once; one more is refused with
+/// RESOURCE_EXHAUSTED (each holds up to three blocks while unread).
+pub const MAX_PULL_STREAMS: usize = 16;
+
+/// A PullRows stream whose reader takes no block for this long is ended,
+/// and its permit returned.
+const PULL_STALL: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// At most this many bytes of drawn targets wait for their `adjust` (the
+/// cache is emptied when a new entry would pass it), and at most this many
+/// more wait, spent, to be drawn into again. A 256-input minibatch's targets
+/// take ~250 KB, so 16 in flight per worker take ~4 MB; a call's worth is
+/// bounded by [`MAX_CALL_DOTS`] (~120 MB of plan).
+pub const TARGET_CACHE_BYTES: usize = 256 << 20;
 
 /// The targets each `dotprod` drew, by (model fingerprint, minibatch seed),
 /// until the `adjust` of the same minibatch takes them. A soft cache: an
 /// entry is used only if it fits the adjust's minibatch, and a miss
 /// (restart, eviction, a retried call) draws the targets again from the seed.
+/// Its memory is bounded by [`TARGET_CACHE_BYTES`] however many `dotprod`s
+/// never see their `adjust`.
 #[derive(Default)]
 pub struct TargetCache {
-    entries: DashMap<(u64, u64), Targets>,
-    /// Targets whose adjust is done, to draw into again (any thread).
-    free: parking_lot::Mutex<Vec<Targets>>,
+    waiting: parking_lot::Mutex<Waiting>,
+    /// Targets whose adjust is done, to draw into again (any thread), and
+    /// their bytes.
+    free: parking_lot::Mutex<(Vec<Targets>, usize)>,
+}
+
+#[derive(Default)]
+struct Waiting {
+    entries: std::collections::HashMap<(u64, u64), Targets>,
+    bytes: usize,
 }
 
 impl TargetCache {
     fn put(&self, fingerprint: u64, seed: u64, targets: Targets) {
-        if self.entries.len() >= TARGET_CACHE_ENTRIES {
-            self.entries.clear();
+        let bytes = targets.heap_bytes();
+        let mut w = self.waiting.lock();
+        if w.bytes + bytes > TARGET_CACHE_BYTES {
+            w.entries.clear();
+            w.bytes = 0;
+            if bytes > TARGET_CACHE_BYTES {
+                return;
+            }
         }
-        self.entries.insert((fingerprint, seed), targets);
+        w.bytes += bytes;
+        if let Some(old) = w.entries.insert((fingerprint, seed), targets) {
+            w.bytes -= old.heap_bytes();
+        }
     }
 
     /// Targets to draw into: recycled ones when there are.
     fn fresh(&self) -> Targets {
-        self.free.lock().pop().unwrap_or_default()
+        let mut free = self.free.lock();
+        match free.0.pop() {
+            Some(t) => {
+                free.1 -= t.heap_bytes();
+                t
+            }
+            None => Targets::default(),
+        }
     }
 
     /// Returns targets whose minibatch is done.
     fn recycle(&self, t: Targets) {
+        let bytes = t.heap_bytes();
         let mut free = self.free.lock();
-        if free.len() < TARGET_CACHE_ENTRIES {
-            free.push(t);
+        if free.1 + bytes <= TARGET_CACHE_BYTES {
+            free.1 += bytes;
+            free.0.push(t);
         }
     }
 
     /// The targets of `mb` on `model`: the cached ones if they fit it, else
     /// drawn again.
     fn take(&self, model: &Model, mb: &Minibatch) -> Result<Targets, ShardError> {
-        if let Some((_, cached)) = self.entries.remove(&(model.fingerprint, mb.seed)) {
+        let cached = {
+            let mut w = self.waiting.lock();
+            let cached = w.entries.remove(&(model.fingerprint, mb.seed));
+            if let Some(t) = &cached {
+                w.bytes -= t.heap_bytes();
+            }
+            cached
+        };
+        if let Some(cached) = cached {
             if model.targets_fit(mb, &cached) {
                 return Ok(cached);
             }
@@ -77,6 +122,11 @@ impl TargetCache {
         let mut t = self.fresh();
         model.draw_targets(mb, &mut t)?;
         Ok(t)
+    }
+
+    /// Bytes of targets held: waiting for their adjust, and spent.
+    pub fn bytes(&self) -> usize {
+        self.waiting.lock().bytes + self.free.lock().1
     }
 }
 
@@ -109,6 +159,8 @@ pub const MAX_BATCHES_PER_CALL: usize = 256;
 pub struct ShardService {
     core: Arc<ShardCore>,
     permits: Arc<Semaphore>,
+    /// One per open PullRows stream ([`MAX_PULL_STREAMS`]).
+    pulls: Arc<Semaphore>,
     targets: Arc<TargetCache>,
 }
 
@@ -117,6 +169,7 @@ impl ShardService {
         Self {
             core,
             permits: Arc::new(Semaphore::new(threads.max(1))),
+            pulls: Arc::new(Semaphore::new(MAX_PULL_STREAMS)),
             targets: Arc::default(),
         }
     }
@@ -164,6 +217,9 @@ impl ShardService {
                 bufs.batches.resize_with(n, Minibatch::default);
             }
             bufs.models.clear();
+            // The call's work, checked minibatch by minibatch before any
+            // target is drawn: a call's plan and dot products stay bounded.
+            let mut dots = 0u64;
             for (i, (wire, batch)) in batches.iter().zip(&mut bufs.batches).enumerate() {
                 let in_batch = |e: ShardError| match e {
                     ShardError::InvalidArgument(m) if n > 1 => {
@@ -177,6 +233,14 @@ impl ShardService {
                     _ => core.model(fingerprint)?,
                 };
                 model.check_lineage(lineage)?;
+                dots += batch.examples() as u64 * (1 + u64::from(model.spec.model.negative));
+                if dots > MAX_CALL_DOTS {
+                    return Err(ShardError::ResourceExhausted(format!(
+                        "field `batches`: the call's minibatches (through batch {i}) ask for {dots} \
+                         dot products (examples × (1 + negative)), more than {MAX_CALL_DOTS} per \
+                         call; send fewer or smaller minibatches per call"
+                    )));
+                }
                 bufs.models.push(model);
             }
             f(bufs, n, &targets)
@@ -208,7 +272,7 @@ impl Shard for ShardService {
             )));
         }
         // Size limits and spec checks before a single count is buffered.
-        self.core.admit(&spec).map_err(Status::from)?;
+        let admission = self.core.admit(&spec).map_err(Status::from)?;
         let mut counts: Vec<u64> = Vec::new();
         let mut chunk = Some(first);
         while let Some(c) = chunk {
@@ -230,7 +294,7 @@ impl Shard for ShardService {
         }
         let core = Arc::clone(&self.core);
         let created = self
-            .blocking(move |_| core.create_model(spec, &counts))
+            .blocking(move |_| core.create_admitted(spec, &counts, admission))
             .await?;
         tracing::info!(
             fingerprint = format!("{:016x}", created.fingerprint),
@@ -292,9 +356,10 @@ impl Shard for ShardService {
                     b.scaled.len()
                 )));
             }
-            if let Some(i) = b.scaled.iter().position(|x| !x.is_finite()) {
+            // A scaled weight is 1 − σ(F) or −σ(F): within [−1, 1].
+            if let Some(i) = b.scaled.iter().position(|x| x.is_nan() || x.abs() > 1.0) {
                 return Err(ShardError::InvalidArgument(format!(
-                    "field `scaled_weights`: weight {i} is not finite ({})",
+                    "field `scaled_weights`: weight {i} is {}, outside [-1, 1] (1 − σ(F) or −σ(F))",
                     b.scaled[i]
                 )));
             }
@@ -337,24 +402,48 @@ impl Shard for ShardService {
                 req.row_start, req.row_end
             )));
         }
+        let permit = Arc::clone(&self.pulls).try_acquire_owned().map_err(|_| {
+            Status::resource_exhausted(format!(
+                "{MAX_PULL_STREAMS} PullRows streams are open on this shard already (an \
+                 exporter that does not read its streams?); retry when one has finished"
+            ))
+        })?;
+        // Blocks of ≲ 4 MiB whatever the shard's width.
+        let block_rows = (PULL_BLOCK_BYTES / (model.spec.cols() as u64 * 4)).max(1);
         let (tx, rx) = tokio::sync::mpsc::channel(2);
-        tokio::task::spawn_blocking(move || {
+        // An async task: a stream nobody reads holds its permit and two
+        // blocks, never a thread (each block is read on a blocking thread
+        // and the task waits for room without one).
+        tokio::spawn(async move {
+            let _permit = permit;
             let mut values = Vec::new();
             let mut start = req.row_start;
             while start < req.row_end {
-                let end = (start + PULL_BLOCK_ROWS).min(req.row_end);
-                let block = model
-                    .read_rows(matrix, start, end, &mut values)
-                    .map(|()| RowBlock {
+                let end = (start + block_rows).min(req.row_end);
+                let m = Arc::clone(&model);
+                let mut buf = std::mem::take(&mut values);
+                let read = tokio::task::spawn_blocking(move || {
+                    let r = m.read_rows(matrix, start, end, &mut buf);
+                    let block = r.map(|()| RowBlock {
                         row_start: start,
                         rows: (end - start) as u32,
-                        values: encode_f32(&values),
-                    })
-                    .map_err(Status::from);
-                if tx.blocking_send(block).is_err() {
-                    return; // client went away
+                        values: encode_f32(&buf),
+                    });
+                    (block, buf)
+                })
+                .await;
+                let block = match read {
+                    Ok((block, buf)) => {
+                        values = buf;
+                        block.map_err(Status::from)
+                    }
+                    Err(e) => Err(Status::internal(format!("reading rows failed: {e}"))),
+                };
+                let failed = block.is_err();
+                match tokio::time::timeout(PULL_STALL, tx.send(block)).await {
+                    Ok(Ok(())) if !failed => start = end,
+                    _ => return, // failed, client went away, or stalled
                 }
-                start = end;
             }
         });
         Ok(Response::new(Box::pin(

@@ -138,6 +138,30 @@ def test_size_smaller_than_shard_count_is_refused(tmp_path):
     assert "--size" in res.stderr, res.describe()
 
 
+def test_a_shard_listed_twice_is_refused_before_anything_is_created(tmp_path):
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("alpha beta gamma delta\n" * 20)
+    # Nothing listens there: the refusal comes before any connection.
+    endpoint = f"127.0.0.1:{closed_port()}"
+    res = run_fail(train_args(corpus, shards=f"{endpoint},http://{endpoint}/", min_count=1, size=8,
+                              connect_timeout_secs=1, output=tmp_path / "m.h5"), timeout=60)
+    assert f"lists http://{endpoint}/ twice (shards 0 and 1)" in res.stderr, res.describe()
+    assert "not reachable" not in res.stderr, res.describe()
+
+
+def test_settings_asking_too_much_of_a_shard_per_call_are_refused_before_training(tmp_path):
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("alpha beta gamma delta\n" * 20)
+    endpoint = f"127.0.0.1:{closed_port()}"
+    res = run_fail(train_args(corpus, shards=endpoint, min_count=1, size=8, window=10, negative=25,
+                              minibatch=4096, minibatches_per_call=64, connect_timeout_secs=1,
+                              output=tmp_path / "m.h5"), timeout=60)
+    assert "dot products per call" in res.stderr and "--minibatches-per-call" in res.stderr, res.describe()
+    res = run_fail(train_args(corpus, embedded_shards=1, min_count=1, size=8, alpha=5,
+                              output=tmp_path / "m.h5"), timeout=60)
+    assert "--alpha must be a positive number up to 1" in res.stderr, res.describe()
+
+
 def test_shard_dying_during_training_fails_the_run_naming_it(corpus_100k, shard_launcher, tmp_path):
     endpoints = shard_launcher.start(2)
     out = tmp_path / "m.h5"
