@@ -33,6 +33,8 @@ use std::time::{Duration, Instant};
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+    #[command(flatten)]
+    pub log: colonnade_common::config::LogArgs,
 }
 
 #[derive(Subcommand, Debug)]

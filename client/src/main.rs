@@ -4,8 +4,8 @@ use colonnade_client::cli::{run_train, run_vocab, Cli, Command};
 
 fn main() -> std::process::ExitCode {
     colonnade_common::config::unset_empty_env();
-    colonnade_common::config::init_logging();
     let cli = Cli::parse();
+    colonnade_common::config::init_logging(cli.log.log_format);
     colonnade_common::config::exit_code(run(cli))
 }
 

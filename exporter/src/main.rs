@@ -7,12 +7,14 @@ use clap::Parser;
 struct Cli {
     #[command(flatten)]
     args: colonnade_exporter::cli::ExportArgs,
+    #[command(flatten)]
+    log: colonnade_common::config::LogArgs,
 }
 
 fn main() -> std::process::ExitCode {
     colonnade_common::config::unset_empty_env();
-    colonnade_common::config::init_logging();
     let cli = Cli::parse();
+    colonnade_common::config::init_logging(cli.log.log_format);
     let result = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -31,12 +31,14 @@ struct Args {
     /// models live only in its memory.
     #[arg(long, env = "COLONNADE_SHARD_DATA_DIR")]
     data_dir: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    log: colonnade_common::config::LogArgs,
 }
 
 fn main() -> std::process::ExitCode {
     colonnade_common::config::unset_empty_env();
-    colonnade_common::config::init_logging();
     let args = Args::parse();
+    colonnade_common::config::init_logging(args.log.log_format);
     let result = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

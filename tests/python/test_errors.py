@@ -191,3 +191,17 @@ def test_shard_dying_during_training_fails_the_run_naming_it(corpus_100k, shard_
     assert endpoints[1] in stderr, stderr[:4000]
     assert waited < 30, f"the client noticed the dead shard only after {waited:.1f} s"
     assert not out.exists()
+
+
+def test_log_format_json_writes_one_json_object_per_line(tmp_path):
+    import json
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("alpha beta gamma delta\n" * 20)
+    res = run([str(colonnade()), "vocab", "--corpus", str(corpus), "--min-count", "1",
+               "--output", str(tmp_path / "v.tsv"), "--log-format", "json"], timeout=60)
+    assert res.returncode == 0, res.describe()
+    lines = [l for l in res.stderr.splitlines() if l.strip()]
+    assert lines, res.describe()
+    events = [json.loads(l) for l in lines]
+    assert all({"timestamp", "level", "fields"} <= e.keys() for e in events), events
+    assert any(e["level"] == "INFO" for e in events), events
