@@ -35,6 +35,8 @@ pub struct Cli {
     pub command: Command,
     #[command(flatten)]
     pub log: colonnade_common::config::LogArgs,
+    #[command(flatten)]
+    pub auth: colonnade_common::config::AuthArgs,
 }
 
 #[derive(Subcommand, Debug)]
@@ -987,13 +989,6 @@ fn validate(args: &TrainArgs) -> anyhow::Result<()> {
             colonnade_proto::MAX_NEGATIVE
         );
     }
-    if args.size > colonnade_proto::MAX_DIM {
-        bail!(
-            "--size {} is more than the shards accept ({})",
-            args.size,
-            colonnade_proto::MAX_DIM
-        );
-    }
     crate::shards::refuse_duplicates(&args.shards)?;
     if !args.shards.is_empty() || args.embedded_grpc {
         // The most dot products one call can ask of a shard: every input
@@ -1097,7 +1092,7 @@ fn check_memory(
         shards,
         per_shard = %human_bytes(largest),
         total = %human_bytes(total),
-        "memory estimate: 2 matrices x words x (columns x 4 + 4 bytes) + 8 bytes x words per shard"
+        "memory estimate: 2 matrices x words x (columns x 4 + 4 bytes) + 16 bytes x words (sampler, counts) per shard"
     );
     if !embedded {
         return Ok(());

@@ -5,11 +5,10 @@
 use crate::preflight::human_bytes;
 use anyhow::{bail, Context};
 use colonnade_exporter::{describe_model, parse_fingerprint};
-use colonnade_proto::v1::shard_client::ShardClient;
 use colonnade_proto::v1::{DropModelRequest, ModelStatus, StatusRequest, StatusResponse};
+use colonnade_proto::ShardClient;
 use serde::Serialize;
 use std::fmt::Write as _;
-use tonic::transport::Channel;
 
 /// List or drop the models held by running shards.
 #[derive(clap::Args, Debug)]
@@ -115,9 +114,7 @@ pub async fn run(args: ModelsArgs) -> anyhow::Result<()> {
 }
 
 /// Connects to every shard and asks its status; errors name the shard.
-async fn statuses(
-    endpoints: &[String],
-) -> anyhow::Result<Vec<(ShardClient<Channel>, StatusResponse)>> {
+async fn statuses(endpoints: &[String]) -> anyhow::Result<Vec<(ShardClient, StatusResponse)>> {
     if endpoints.is_empty() {
         bail!("give --shards host:port,...");
     }

@@ -7,8 +7,8 @@
 use anyhow::{bail, Context};
 use colonnade_common::model::{column_range, ModelSpec};
 use colonnade_common::vocab::Vocab;
-use colonnade_proto::v1::shard_client::ShardClient;
 use colonnade_proto::v1::{self, AdjustRequest, CreateModelChunk, DotprodRequest};
+use colonnade_proto::ShardClient;
 use colonnade_proto::{
     connect, decode_f32_into, encode_f16, encode_u64, CallError, Minibatch, MinibatchId,
     ModelShards, ShardSpec,
@@ -17,7 +17,6 @@ use colonnade_ps_shard::SpawnedShard;
 use prost::Message;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tonic::transport::Channel;
 
 /// Words per CreateModel chunk (8 MiB of counts).
 const COUNTS_PER_CHUNK: usize = 1 << 20;
@@ -26,7 +25,7 @@ const COUNTS_PER_CHUNK: usize = 1 << 20;
 #[derive(Clone)]
 pub struct GrpcShard {
     pub endpoint: String,
-    pub client: ShardClient<Channel>,
+    pub client: ShardClient,
 }
 
 impl GrpcShard {

@@ -45,6 +45,55 @@ pub struct LogArgs {
     pub log_format: LogFormat,
 }
 
+/// The shared bearer token of a cluster: every training, export and admin
+/// call to a shard carries it, and a shard given one refuses calls without
+/// it (`UNAUTHENTICATED`).
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct AuthArgs {
+    /// File holding the cluster's bearer token (one line of visible ASCII;
+    /// surrounding whitespace is ignored). Shards given a token refuse every
+    /// call without it but the gRPC health checks; clients and the exporter
+    /// send it. Without this flag the token is read from COLONNADE_AUTH_TOKEN
+    /// when that is set.
+    #[arg(long, global = true, env = "COLONNADE_AUTH_TOKEN_FILE")]
+    pub auth_token_file: Option<std::path::PathBuf>,
+}
+
+impl AuthArgs {
+    /// The token: from `--auth-token-file`, else from `COLONNADE_AUTH_TOKEN`,
+    /// else none. Errors name the file or the variable.
+    pub fn token(&self) -> Result<Option<String>, String> {
+        match &self.auth_token_file {
+            Some(path) => read_token(path).map(Some),
+            None => match std::env::var("COLONNADE_AUTH_TOKEN") {
+                Ok(t) => check_token(t.trim())
+                    .map(|()| Some(t.trim().to_string()))
+                    .map_err(|e| format!("COLONNADE_AUTH_TOKEN: {e}")),
+                Err(_) => Ok(None),
+            },
+        }
+    }
+}
+
+/// Reads a token file (see [`AuthArgs`]); errors name the file.
+pub fn read_token(path: &std::path::Path) -> Result<String, String> {
+    let text = fs_err::read_to_string(path).map_err(|e| e.to_string())?;
+    let token = text.trim();
+    check_token(token).map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(token.to_string())
+}
+
+/// A token must be non-empty visible ASCII (it travels as an HTTP header).
+fn check_token(token: &str) -> Result<(), String> {
+    if token.is_empty() {
+        return Err("the token is empty".into());
+    }
+    if !token.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err("the token must be visible ASCII without spaces".into());
+    }
+    Ok(())
+}
+
 /// The logging every binary uses: to stderr, filtered by `RUST_LOG` (default
 /// `info`), as text coloured only as [`log_colours`] says, or as JSON lines.
 pub fn init_logging(format: LogFormat) {

@@ -9,12 +9,20 @@ struct Cli {
     args: colonnade_exporter::cli::ExportArgs,
     #[command(flatten)]
     log: colonnade_common::config::LogArgs,
+    #[command(flatten)]
+    auth: colonnade_common::config::AuthArgs,
 }
 
 fn main() -> std::process::ExitCode {
     colonnade_common::config::unset_empty_env();
     let cli = Cli::parse();
     colonnade_common::config::init_logging(cli.log.log_format);
+    let token = cli.auth.token().map_err(anyhow::Error::msg);
+    let token = token
+        .and_then(|t| colonnade_proto::set_auth_token(t.as_deref()).map_err(anyhow::Error::msg));
+    if let Err(e) = token {
+        return colonnade_common::config::exit_code(Err(e));
+    }
     let result = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

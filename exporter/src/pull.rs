@@ -10,12 +10,11 @@ use colonnade_formats::h5::Hdf5Writer;
 use colonnade_formats::tsv::ProjectorWriter;
 use colonnade_formats::word2vec::{Encoding, Word2vecWriter};
 use colonnade_formats::Provenance;
-use colonnade_proto::v1::shard_client::ShardClient;
 use colonnade_proto::v1::{Matrix, ModelStatus, PullRowsRequest, StatusRequest};
+use colonnade_proto::ShardClient;
 use colonnade_proto::ShardSpec;
 use colonnade_proto::{connect, decode_f32_into};
 use std::path::PathBuf;
-use tonic::transport::Channel;
 
 /// Rows assembled per step.
 const BLOCK_ROWS: u64 = 16_384;
@@ -23,7 +22,7 @@ const BLOCK_ROWS: u64 = 16_384;
 /// A connected shard and the columns it holds.
 pub struct ShardHandle {
     pub endpoint: String,
-    pub client: ShardClient<Channel>,
+    pub client: ShardClient,
     pub col_start: u32,
     pub col_end: u32,
 }

@@ -41,11 +41,47 @@ pub const API_VERSION: u32 = 4;
 /// block (≲ 4 MiB); anything larger is refused before it is buffered whole.
 pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
 
+/// A client of a shard: its calls carry the process's bearer token, if any
+/// ([`set_auth_token`]).
+pub type ShardClient = v1::shard_client::ShardClient<
+    tonic::service::interceptor::InterceptedService<tonic::transport::Channel, Bearer>,
+>;
+
+/// The bearer token this process sends to shards (set once, at start).
+static AUTH_TOKEN: std::sync::OnceLock<Option<tonic::metadata::AsciiMetadataValue>> =
+    std::sync::OnceLock::new();
+
+/// Sets the token every later [`connect`] sends as `authorization: Bearer
+/// <token>` (call once, before connecting; later calls are ignored).
+pub fn set_auth_token(token: Option<&str>) -> Result<(), String> {
+    let value = token
+        .map(|t| {
+            format!("Bearer {t}")
+                .parse::<tonic::metadata::AsciiMetadataValue>()
+                .map_err(|e| format!("the token cannot travel as a header: {e}"))
+        })
+        .transpose()?;
+    let _ = AUTH_TOKEN.set(value);
+    Ok(())
+}
+
+/// Adds the process's bearer token to every call.
+#[derive(Clone)]
+pub struct Bearer(Option<tonic::metadata::AsciiMetadataValue>);
+
+impl tonic::service::Interceptor for Bearer {
+    fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(v) = &self.0 {
+            req.metadata_mut().insert("authorization", v.clone());
+        }
+        Ok(req)
+    }
+}
+
 /// Connects to a shard at `endpoint` (`host:port` or a URL), with the message
-/// size limits both sides use. Errors name the endpoint.
-pub async fn connect(
-    endpoint: &str,
-) -> Result<v1::shard_client::ShardClient<tonic::transport::Channel>, ConnectError> {
+/// size limits both sides use and the process's bearer token. Errors name
+/// the endpoint.
+pub async fn connect(endpoint: &str) -> Result<ShardClient, ConnectError> {
     let url = if endpoint.contains("://") {
         endpoint.to_string()
     } else {
@@ -72,9 +108,12 @@ pub async fn connect(
         .connect()
         .await
         .map_err(err)?;
-    Ok(v1::shard_client::ShardClient::new(channel)
-        .max_decoding_message_size(MAX_MESSAGE_BYTES)
-        .max_encoding_message_size(MAX_MESSAGE_BYTES))
+    let bearer = Bearer(AUTH_TOKEN.get().cloned().flatten());
+    Ok(
+        v1::shard_client::ShardClient::with_interceptor(channel, bearer)
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES),
+    )
 }
 
 /// HTTP/2 flow-control windows of every channel to a shard and of the shard's

@@ -1,5 +1,6 @@
 use anyhow::Context;
 use clap::Parser;
+use colonnade_ps_shard::service::Tokens;
 use colonnade_ps_shard::{serve, ShardCore};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -33,6 +34,13 @@ struct Args {
     data_dir: Option<std::path::PathBuf>,
     #[command(flatten)]
     log: colonnade_common::config::LogArgs,
+    #[command(flatten)]
+    auth: colonnade_common::config::AuthArgs,
+    /// File holding the token admin calls (DropModel) need instead of the
+    /// cluster token, so that workers holding the cluster token cannot drop
+    /// models. Without it, admin calls take the cluster token.
+    #[arg(long, env = "COLONNADE_ADMIN_TOKEN_FILE")]
+    admin_token_file: Option<std::path::PathBuf>,
 }
 
 fn main() -> std::process::ExitCode {
@@ -52,6 +60,22 @@ async fn run(args: Args) -> anyhow::Result<()> {
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, std::num::NonZero::get));
     let max_model_bytes = args.max_model_bytes.unwrap_or_else(default_budget);
+    let tokens = Tokens {
+        cluster: args.auth.token().map_err(anyhow::Error::msg)?,
+        admin: args
+            .admin_token_file
+            .as_deref()
+            .map(colonnade_common::config::read_token)
+            .transpose()
+            .map_err(anyhow::Error::msg)?,
+    };
+    if tokens.cluster.is_none() && !args.listen.ip().is_loopback() {
+        tracing::warn!(
+            listen = %args.listen,
+            "no bearer token (--auth-token-file): anyone who reaches this address can train, \
+             read and drop models"
+        );
+    }
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
@@ -74,9 +98,15 @@ async fn run(args: Args) -> anyhow::Result<()> {
         drop(failed_tx);
     }
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(serve(listener, Arc::clone(&core), threads, async move {
-        let _ = stop_rx.await;
-    }));
+    let server = tokio::spawn(serve(
+        listener,
+        Arc::clone(&core),
+        threads,
+        tokens,
+        async move {
+            let _ = stop_rx.await;
+        },
+    ));
     let load_failed = async move {
         match failed_rx.await {
             Ok(e) => Some(e),

@@ -1,7 +1,7 @@
 //! Serving a [`ShardCore`] over gRPC with grpc.health.v1 beside it.
 
 use crate::registry::ShardCore;
-use crate::service::ShardService;
+use crate::service::{ShardService, Tokens};
 use colonnade_proto::v1::shard_server::ShardServer;
 use colonnade_proto::MAX_MESSAGE_BYTES;
 use futures::Stream;
@@ -21,6 +21,7 @@ pub async fn serve(
     listener: TcpListener,
     core: Arc<ShardCore>,
     threads: usize,
+    tokens: Tokens,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), tonic::transport::Error> {
     let (reporter, health) = tonic_health::server::health_reporter();
@@ -39,7 +40,7 @@ pub async fn serve(
     } else {
         reporter.set_serving::<ShardServer<ShardService>>().await;
     }
-    let shard = ShardServer::new(ShardService::new(core, threads))
+    let shard = ShardServer::new(ShardService::new(core, threads).with_tokens(tokens))
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
     tonic::transport::Server::builder()
@@ -215,9 +216,15 @@ impl SpawnedShard {
         let listener = TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(serve(listener, Arc::clone(&core), threads, async {
-            let _ = rx.await;
-        }));
+        let task = tokio::spawn(serve(
+            listener,
+            Arc::clone(&core),
+            threads,
+            Tokens::default(),
+            async {
+                let _ = rx.await;
+            },
+        ));
         Ok(Self {
             addr,
             core,

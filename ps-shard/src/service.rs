@@ -156,8 +156,25 @@ thread_local! {
 /// Most minibatches one training call may carry.
 pub const MAX_BATCHES_PER_CALL: usize = 256;
 
+/// The bearer tokens a shard checks (none: every call is served).
+#[derive(Clone, Debug, Default)]
+pub struct Tokens {
+    /// Needed by every training, export and status call.
+    pub cluster: Option<String>,
+    /// Needed by admin calls (DropModel) instead of the cluster token, when set.
+    pub admin: Option<String>,
+}
+
+/// Which token a call needs.
+#[derive(Clone, Copy)]
+enum Scope {
+    Cluster,
+    Admin,
+}
+
 pub struct ShardService {
     core: Arc<ShardCore>,
+    tokens: Tokens,
     permits: Arc<Semaphore>,
     /// One per open PullRows stream ([`MAX_PULL_STREAMS`]).
     pulls: Arc<Semaphore>,
@@ -168,14 +185,65 @@ impl ShardService {
     pub fn new(core: Arc<ShardCore>, threads: usize) -> Self {
         Self {
             core,
+            tokens: Tokens::default(),
             permits: Arc::new(Semaphore::new(threads.max(1))),
             pulls: Arc::new(Semaphore::new(MAX_PULL_STREAMS)),
             targets: Arc::default(),
         }
     }
 
+    /// Checks calls against `tokens`.
+    pub fn with_tokens(mut self, tokens: Tokens) -> Self {
+        self.tokens = tokens;
+        self
+    }
+
     pub fn core(&self) -> &Arc<ShardCore> {
         &self.core
+    }
+
+    /// Refuses a call without the token its scope needs (`UNAUTHENTICATED`),
+    /// comparing in constant time: a cluster call takes the cluster token or
+    /// the admin token, an admin call the admin token (the cluster token
+    /// when there is no admin token).
+    fn authorize<T>(&self, request: &Request<T>, scope: Scope) -> Result<(), Status> {
+        use subtle::ConstantTimeEq;
+        let Tokens { cluster, admin } = &self.tokens;
+        let accepted: Vec<&String> = match scope {
+            Scope::Admin => admin.as_ref().or(cluster.as_ref()).into_iter().collect(),
+            Scope::Cluster if cluster.is_none() => Vec::new(),
+            Scope::Cluster => cluster.iter().chain(admin.iter()).collect(),
+        };
+        if accepted.is_empty() {
+            return Ok(());
+        }
+        let got = request
+            .metadata()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        let Some(got) = got else {
+            return Err(Status::unauthenticated(
+                "this shard requires a bearer token and the call carried none (give it with \
+                 --auth-token-file or COLONNADE_AUTH_TOKEN)",
+            ));
+        };
+        let ok = accepted.iter().fold(subtle::Choice::from(0), |ok, want| {
+            ok | got.as_bytes().ct_eq(want.as_bytes())
+        });
+        if bool::from(ok) {
+            return Ok(());
+        }
+        Err(Status::unauthenticated(match scope {
+            Scope::Cluster => {
+                "wrong bearer token (give the cluster's token with \
+                               --auth-token-file or COLONNADE_AUTH_TOKEN)"
+            }
+            Scope::Admin => {
+                "wrong bearer token for an admin call (DropModel needs this \
+                             shard's --admin-token-file token)"
+            }
+        }))
     }
 
     async fn blocking<T: Send + 'static>(
@@ -257,6 +325,7 @@ impl Shard for ShardService {
         &self,
         request: Request<Streaming<CreateModelChunk>>,
     ) -> Result<Response<CreateModelResponse>, Status> {
+        self.authorize(&request, Scope::Cluster)?;
         let mut stream = request.into_inner();
         let first = stream
             .message()
@@ -311,6 +380,7 @@ impl Shard for ShardService {
         &self,
         request: Request<DotprodRequest>,
     ) -> Result<Response<DotprodResponse>, Status> {
+        self.authorize(&request, Scope::Cluster)?;
         let req = request.into_inner();
         let dots = self
             .training_call(req.batches, |b, n, cache| {
@@ -333,6 +403,7 @@ impl Shard for ShardService {
         &self,
         request: Request<AdjustRequest>,
     ) -> Result<Response<AdjustResponse>, Status> {
+        self.authorize(&request, Scope::Cluster)?;
         let req = request.into_inner();
         let fingerprint = req.batches.first().map_or(0, |b| b.model_fingerprint);
         let raw = req.scaled_weights;
@@ -392,6 +463,7 @@ impl Shard for ShardService {
         &self,
         request: Request<PullRowsRequest>,
     ) -> Result<Response<RowStream>, Status> {
+        self.authorize(&request, Scope::Cluster)?;
         let req = request.into_inner();
         let model = self.core.model(req.model_fingerprint)?;
         let matrix = Matrix::from_wire(req.matrix)?;
@@ -455,6 +527,7 @@ impl Shard for ShardService {
         &self,
         request: Request<CheckpointRequest>,
     ) -> Result<Response<CheckpointResponse>, Status> {
+        self.authorize(&request, Scope::Cluster)?;
         let req = request.into_inner();
         let position: serde_json::Value = if req.position.is_empty() {
             serde_json::Value::Null
@@ -493,6 +566,7 @@ impl Shard for ShardService {
         &self,
         request: Request<RestoreRequest>,
     ) -> Result<Response<RestoreResponse>, Status> {
+        self.authorize(&request, Scope::Cluster)?;
         let req = request.into_inner();
         let core = Arc::clone(&self.core);
         let restored = self
@@ -503,8 +577,9 @@ impl Shard for ShardService {
 
     async fn status(
         &self,
-        _request: Request<StatusRequest>,
+        request: Request<StatusRequest>,
     ) -> Result<Response<StatusResponse>, Status> {
+        self.authorize(&request, Scope::Cluster)?;
         let models = self
             .core
             .models()
@@ -548,6 +623,7 @@ impl Shard for ShardService {
         &self,
         request: Request<DropModelRequest>,
     ) -> Result<Response<DropModelResponse>, Status> {
+        self.authorize(&request, Scope::Admin)?;
         let dropped = self.core.drop_model(request.into_inner().model_fingerprint);
         Ok(Response::new(DropModelResponse { dropped }))
     }

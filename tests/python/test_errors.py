@@ -157,9 +157,9 @@ def test_settings_asking_too_much_of_a_shard_per_call_are_refused_before_trainin
                               minibatch=4096, minibatches_per_call=64, connect_timeout_secs=1,
                               output=tmp_path / "m.h5"), timeout=60)
     assert "dot products per call" in res.stderr and "--minibatches-per-call" in res.stderr, res.describe()
-    res = run_fail(train_args(corpus, embedded_shards=1, min_count=1, size=8, alpha=5,
+    res = run_fail(train_args(corpus, embedded_shards=1, min_count=1, size=8, alpha=500,
                               output=tmp_path / "m.h5"), timeout=60)
-    assert "--alpha must be a positive number up to 1" in res.stderr, res.describe()
+    assert "--alpha must be a positive number up to 100" in res.stderr, res.describe()
 
 
 def test_shard_dying_during_training_fails_the_run_naming_it(corpus_100k, shard_launcher, tmp_path):

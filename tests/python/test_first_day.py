@@ -324,7 +324,7 @@ def test_memory_estimate_logged_and_too_large_refused(tmp_path, corpus_100k):
                          output_text=tmp_path / "m.txt"))
     v = len(read_vocab_file(summary_vocab))
     cols = [5, 5]
-    total = sum(2 * v * (c * 4 + 4) + 8 * v for c in cols)
+    total = sum(2 * v * (c * 4 + 4) + 16 * v for c in cols)
     line = [l for l in res.stderr.splitlines() if "memory estimate" in l]
     assert line, "no memory estimate before training\n" + res.describe()
     assert f"total={_human(total)}" in line[0] and f"words={v}" in line[0], line[0]
