@@ -148,6 +148,9 @@ export COLONNADE_SHARD_THREADS=${COLONNADE_SHARD_THREADS:-1}
 export COLONNADE_SHARD_MEM_LIMIT=${COLONNADE_SHARD_MEM_LIMIT:-1g}
 export COLONNADE_CLIENT_MEM_LIMIT=${COLONNADE_CLIENT_MEM_LIMIT:-1g}
 export RUST_LOG=${RUST_LOG:-info}
+# Every shard, worker and the exporter share a bearer token (docs/deploy.md);
+# the shards refuse calls without it (checked after the run).
+export COLONNADE_AUTH_TOKEN=${COLONNADE_AUTH_TOKEN:-$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')}
 
 dc config -q
 
@@ -215,6 +218,15 @@ if [ "$export_rc" != 0 ] || [ "$ok" != 1 ]; then
   exit 1
 fi
 dc logs --no-color worker-0 2>&1 | grep -E 'model ready|training done|trained ' | sed 's/\x1b\[[0-9;]*m//g' | tail -3 >&2 || true
+
+# The shards hold the cluster's token: the same call without it is refused.
+if probe=$(dc run --rm --no-deps -T -e COLONNADE_AUTH_TOKEN= --entrypoint /usr/local/bin/colonnade exporter \
+  models list --shards shard-0:50051 2>&1); then
+  log "FAIL: shard-0 served a call without the token: $probe"
+  exit 1
+fi
+echo "$probe" | grep -q "bearer token" || { log "FAIL: expected a refusal naming the bearer token, got: $probe"; exit 1; }
+log "shard-0 refuses a call without the token: $(echo "$probe" | grep 'bearer token' | tail -1)"
 
 # 6. Check the exported HDF5 with h5py.
 "$python" - "$tmp/out/model.h5" "$tmp/out/vocab.tsv" "$COLONNADE_SIZE" "$shards" "$tmp/out" "$killed" <<'PY'

@@ -87,6 +87,7 @@ EOF
       COLONNADE_SHARD_DATA_DIR: /state
       COLONNADE_SHARD_THREADS:
       COLONNADE_MAX_MODEL_BYTES:
+      COLONNADE_AUTH_TOKEN:
       RUST_LOG:
     volumes:
       - shard-$s-state:/state
@@ -155,6 +156,7 @@ EOF
       COLONNADE_RETRY_TIMEOUT:
       COLONNADE_CALL_TIMEOUT:
       COLONNADE_RESTART:
+      COLONNADE_AUTH_TOKEN:
       RUST_LOG:
     volumes:
       - \${COLONNADE_DATA_DIR:-./data}:/data:ro
@@ -186,6 +188,7 @@ EOF
       COLONNADE_EXPORT_OUTPUT_VECTORS:
       COLONNADE_HDF5_COMPRESS:
       COLONNADE_FINGERPRINT:
+      COLONNADE_AUTH_TOKEN:
       RUST_LOG:
     volumes:
       - \${COLONNADE_OUT_DIR:-./out}:/out
