@@ -6,13 +6,8 @@ fn main() -> std::process::ExitCode {
     colonnade_common::config::unset_empty_env();
     let cli = Cli::parse();
     colonnade_common::config::init_logging(cli.log.log_format);
-    colonnade_common::config::exit_code(set_token(&cli).and_then(|()| run(cli)))
-}
-
-/// The bearer token every shard connection of this process sends.
-fn set_token(cli: &Cli) -> anyhow::Result<()> {
-    let token = cli.auth.token().map_err(anyhow::Error::msg)?;
-    colonnade_proto::set_auth_token(token.as_deref()).map_err(anyhow::Error::msg)
+    let result = colonnade_proto::use_auth(&cli.auth).map_err(anyhow::Error::msg);
+    colonnade_common::config::exit_code(result.and_then(|()| run(cli)))
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {

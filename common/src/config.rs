@@ -65,12 +65,10 @@ impl AuthArgs {
     pub fn token(&self) -> Result<Option<String>, String> {
         match &self.auth_token_file {
             Some(path) => read_token(path).map(Some),
-            None => match std::env::var("COLONNADE_AUTH_TOKEN") {
-                Ok(t) => check_token(t.trim())
-                    .map(|()| Some(t.trim().to_string()))
-                    .map_err(|e| format!("COLONNADE_AUTH_TOKEN: {e}")),
-                Err(_) => Ok(None),
-            },
+            None => std::env::var("COLONNADE_AUTH_TOKEN")
+                .ok()
+                .map(|t| parse_token(&t).map_err(|e| format!("COLONNADE_AUTH_TOKEN: {e}")))
+                .transpose(),
         }
     }
 }
@@ -78,20 +76,20 @@ impl AuthArgs {
 /// Reads a token file (see [`AuthArgs`]); errors name the file.
 pub fn read_token(path: &std::path::Path) -> Result<String, String> {
     let text = fs_err::read_to_string(path).map_err(|e| e.to_string())?;
-    let token = text.trim();
-    check_token(token).map_err(|e| format!("{}: {e}", path.display()))?;
-    Ok(token.to_string())
+    parse_token(&text).map_err(|e| format!("{}: {e}", path.display()))
 }
 
-/// A token must be non-empty visible ASCII (it travels as an HTTP header).
-fn check_token(token: &str) -> Result<(), String> {
+/// A token is its text without surrounding whitespace: non-empty visible
+/// ASCII (it travels as an HTTP header).
+fn parse_token(text: &str) -> Result<String, String> {
+    let token = text.trim();
     if token.is_empty() {
         return Err("the token is empty".into());
     }
     if !token.bytes().all(|b| b.is_ascii_graphic()) {
         return Err("the token must be visible ASCII without spaces".into());
     }
-    Ok(())
+    Ok(token.to_string())
 }
 
 /// The logging every binary uses: to stderr, filtered by `RUST_LOG` (default

@@ -17,16 +17,14 @@ fn main() -> std::process::ExitCode {
     colonnade_common::config::unset_empty_env();
     let cli = Cli::parse();
     colonnade_common::config::init_logging(cli.log.log_format);
-    let token = cli.auth.token().map_err(anyhow::Error::msg);
-    let token = token
-        .and_then(|t| colonnade_proto::set_auth_token(t.as_deref()).map_err(anyhow::Error::msg));
-    if let Err(e) = token {
-        return colonnade_common::config::exit_code(Err(e));
-    }
-    let result = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")
+    let result = colonnade_proto::use_auth(&cli.auth)
+        .map_err(anyhow::Error::msg)
+        .and_then(|()| {
+            tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+                .context("cannot start the async runtime")
+        })
         .and_then(|rt| rt.block_on(colonnade_exporter::cli::run(cli.args)));
     colonnade_common::config::exit_code(result)
 }

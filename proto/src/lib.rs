@@ -65,6 +65,12 @@ pub fn set_auth_token(token: Option<&str>) -> Result<(), String> {
     Ok(())
 }
 
+/// Sets the token of `auth` (`--auth-token-file`, else
+/// `COLONNADE_AUTH_TOKEN`) as this process's, as the binaries do at start.
+pub fn use_auth(auth: &colonnade_common::config::AuthArgs) -> Result<(), String> {
+    set_auth_token(auth.token()?.as_deref())
+}
+
 /// Adds the process's bearer token to every call.
 #[derive(Clone)]
 pub struct Bearer(Option<tonic::metadata::AsciiMetadataValue>);

@@ -40,9 +40,12 @@ pub async fn serve(
     } else {
         reporter.set_serving::<ShardServer<ShardService>>().await;
     }
+    let interceptor = tokens.clone().interceptor();
     let shard = ShardServer::new(ShardService::new(core, threads).with_tokens(tokens))
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    // Every Shard call needs the cluster token; health probes need none.
+    let shard = tonic::service::interceptor::InterceptedService::new(shard, interceptor);
     tonic::transport::Server::builder()
         .tcp_nodelay(true)
         .initial_stream_window_size(colonnade_proto::HTTP2_STREAM_WINDOW)

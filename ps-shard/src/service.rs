@@ -156,20 +156,86 @@ thread_local! {
 /// Most minibatches one training call may carry.
 pub const MAX_BATCHES_PER_CALL: usize = 256;
 
-/// The bearer tokens a shard checks (none: every call is served).
+/// The bearer tokens a shard checks (none: every call is served). The
+/// server checks the cluster scope of every `Shard` call in an interceptor
+/// ([`Tokens::interceptor`]); the admin call checks its own scope.
 #[derive(Clone, Debug, Default)]
 pub struct Tokens {
     /// Needed by every training, export and status call.
     pub cluster: Option<String>,
-    /// Needed by admin calls (DropModel) instead of the cluster token, when set.
+    /// Needed by admin calls (DropModel) instead of the cluster token, when
+    /// set; it also serves every other call.
     pub admin: Option<String>,
 }
 
 /// Which token a call needs.
 #[derive(Clone, Copy)]
-enum Scope {
+pub enum Scope {
     Cluster,
     Admin,
+}
+
+impl Tokens {
+    /// Refuses a call without the token its scope needs (`UNAUTHENTICATED`),
+    /// comparing in constant time: a cluster call takes the cluster token or
+    /// the admin token, an admin call the admin token (the cluster token
+    /// when there is no admin token).
+    pub fn check(
+        &self,
+        metadata: &tonic::metadata::MetadataMap,
+        scope: Scope,
+    ) -> Result<(), Status> {
+        use subtle::ConstantTimeEq;
+        let accepted = match scope {
+            Scope::Admin => [self.admin.as_ref().or(self.cluster.as_ref()), None],
+            Scope::Cluster if self.cluster.is_none() => [None, None],
+            Scope::Cluster => [self.cluster.as_ref(), self.admin.as_ref()],
+        };
+        if accepted.iter().all(Option::is_none) {
+            return Ok(());
+        }
+        let got = metadata
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        let Some(got) = got else {
+            return Err(Status::unauthenticated(
+                "this shard requires a bearer token and the call carried none (give it with \
+                 --auth-token-file or COLONNADE_AUTH_TOKEN)",
+            ));
+        };
+        let ok = accepted
+            .iter()
+            .flatten()
+            .fold(subtle::Choice::from(0), |ok, want| {
+                ok | got.as_bytes().ct_eq(want.as_bytes())
+            });
+        if bool::from(ok) {
+            return Ok(());
+        }
+        Err(Status::unauthenticated(match scope {
+            Scope::Cluster => {
+                "wrong bearer token (give the cluster's token with --auth-token-file or \
+                 COLONNADE_AUTH_TOKEN)"
+            }
+            Scope::Admin => {
+                "wrong bearer token for an admin call (DropModel needs this shard's \
+                 --admin-token-file token)"
+            }
+        }))
+    }
+
+    /// The cluster-scope check as a tonic interceptor, run on every call of
+    /// the service it wraps (the health service is served without it).
+    pub fn interceptor(
+        self,
+    ) -> impl FnMut(Request<()>) -> Result<Request<()>, Status> + Clone + Send + Sync + 'static
+    {
+        move |request: Request<()>| {
+            self.check(request.metadata(), Scope::Cluster)?;
+            Ok(request)
+        }
+    }
 }
 
 pub struct ShardService {
@@ -200,50 +266,6 @@ impl ShardService {
 
     pub fn core(&self) -> &Arc<ShardCore> {
         &self.core
-    }
-
-    /// Refuses a call without the token its scope needs (`UNAUTHENTICATED`),
-    /// comparing in constant time: a cluster call takes the cluster token or
-    /// the admin token, an admin call the admin token (the cluster token
-    /// when there is no admin token).
-    fn authorize<T>(&self, request: &Request<T>, scope: Scope) -> Result<(), Status> {
-        use subtle::ConstantTimeEq;
-        let Tokens { cluster, admin } = &self.tokens;
-        let accepted: Vec<&String> = match scope {
-            Scope::Admin => admin.as_ref().or(cluster.as_ref()).into_iter().collect(),
-            Scope::Cluster if cluster.is_none() => Vec::new(),
-            Scope::Cluster => cluster.iter().chain(admin.iter()).collect(),
-        };
-        if accepted.is_empty() {
-            return Ok(());
-        }
-        let got = request
-            .metadata()
-            .get("authorization")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "));
-        let Some(got) = got else {
-            return Err(Status::unauthenticated(
-                "this shard requires a bearer token and the call carried none (give it with \
-                 --auth-token-file or COLONNADE_AUTH_TOKEN)",
-            ));
-        };
-        let ok = accepted.iter().fold(subtle::Choice::from(0), |ok, want| {
-            ok | got.as_bytes().ct_eq(want.as_bytes())
-        });
-        if bool::from(ok) {
-            return Ok(());
-        }
-        Err(Status::unauthenticated(match scope {
-            Scope::Cluster => {
-                "wrong bearer token (give the cluster's token with \
-                               --auth-token-file or COLONNADE_AUTH_TOKEN)"
-            }
-            Scope::Admin => {
-                "wrong bearer token for an admin call (DropModel needs this \
-                             shard's --admin-token-file token)"
-            }
-        }))
     }
 
     async fn blocking<T: Send + 'static>(
@@ -325,7 +347,6 @@ impl Shard for ShardService {
         &self,
         request: Request<Streaming<CreateModelChunk>>,
     ) -> Result<Response<CreateModelResponse>, Status> {
-        self.authorize(&request, Scope::Cluster)?;
         let mut stream = request.into_inner();
         let first = stream
             .message()
@@ -380,7 +401,6 @@ impl Shard for ShardService {
         &self,
         request: Request<DotprodRequest>,
     ) -> Result<Response<DotprodResponse>, Status> {
-        self.authorize(&request, Scope::Cluster)?;
         let req = request.into_inner();
         let dots = self
             .training_call(req.batches, |b, n, cache| {
@@ -403,7 +423,6 @@ impl Shard for ShardService {
         &self,
         request: Request<AdjustRequest>,
     ) -> Result<Response<AdjustResponse>, Status> {
-        self.authorize(&request, Scope::Cluster)?;
         let req = request.into_inner();
         let fingerprint = req.batches.first().map_or(0, |b| b.model_fingerprint);
         let raw = req.scaled_weights;
@@ -463,7 +482,6 @@ impl Shard for ShardService {
         &self,
         request: Request<PullRowsRequest>,
     ) -> Result<Response<RowStream>, Status> {
-        self.authorize(&request, Scope::Cluster)?;
         let req = request.into_inner();
         let model = self.core.model(req.model_fingerprint)?;
         let matrix = Matrix::from_wire(req.matrix)?;
@@ -527,7 +545,6 @@ impl Shard for ShardService {
         &self,
         request: Request<CheckpointRequest>,
     ) -> Result<Response<CheckpointResponse>, Status> {
-        self.authorize(&request, Scope::Cluster)?;
         let req = request.into_inner();
         let position: serde_json::Value = if req.position.is_empty() {
             serde_json::Value::Null
@@ -566,7 +583,6 @@ impl Shard for ShardService {
         &self,
         request: Request<RestoreRequest>,
     ) -> Result<Response<RestoreResponse>, Status> {
-        self.authorize(&request, Scope::Cluster)?;
         let req = request.into_inner();
         let core = Arc::clone(&self.core);
         let restored = self
@@ -577,9 +593,8 @@ impl Shard for ShardService {
 
     async fn status(
         &self,
-        request: Request<StatusRequest>,
+        _request: Request<StatusRequest>,
     ) -> Result<Response<StatusResponse>, Status> {
-        self.authorize(&request, Scope::Cluster)?;
         let models = self
             .core
             .models()
@@ -623,7 +638,7 @@ impl Shard for ShardService {
         &self,
         request: Request<DropModelRequest>,
     ) -> Result<Response<DropModelResponse>, Status> {
-        self.authorize(&request, Scope::Admin)?;
+        self.tokens.check(request.metadata(), Scope::Admin)?;
         let dropped = self.core.drop_model(request.into_inner().model_fingerprint);
         Ok(Response::new(DropModelResponse { dropped }))
     }

@@ -255,11 +255,12 @@ class ShardLauncher:
     workdir: Path
     shards: list[Shard] = field(default_factory=list)
 
-    def start(self, n: int, threads: int = 1) -> list[str]:
-        started = [self._start_one(threads) for _ in range(n)]
+    def start(self, n: int, threads: int = 1, args: tuple = ()) -> list[str]:
+        """`n` shards, each also given `args` (e.g. `--auth-token-file`)."""
+        started = [self._start_one(threads, args) for _ in range(n)]
         return [s.endpoint for s in started]
 
-    def _start_one(self, threads: int) -> Shard:
+    def _start_one(self, threads: int, args: tuple = ()) -> Shard:
         last = ""
         for attempt in range(5):
             port = free_port()
@@ -267,7 +268,8 @@ class ShardLauncher:
             log = self.workdir / f"ps-shard-{port}.log"
             with open(log, "wb") as logf:
                 proc = subprocess.Popen(
-                    [str(binary("ps-shard")), "--listen", endpoint, "--threads", str(threads)],
+                    [str(binary("ps-shard")), "--listen", endpoint, "--threads", str(threads),
+                     *map(str, args)],
                     env=clean_env(),
                     stdin=subprocess.DEVNULL,
                     stdout=logf,
