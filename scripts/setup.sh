@@ -33,8 +33,8 @@ if ! cargo nextest --version >/dev/null 2>&1; then
   cargo install --locked cargo-nextest >/dev/null
 fi
 
-if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c "import gensim, h5py, pytest, sklearn" >/dev/null 2>&1; then
-  echo "setup: creating .venv with gensim, h5py, pytest, scikit-learn" >&2
+if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c "import gensim, h5py, pytest, sklearn, prometheus_client" >/dev/null 2>&1; then
+  echo "setup: creating .venv with gensim, h5py, pytest, scikit-learn, prometheus-client" >&2
   python3 -m venv .venv
   .venv/bin/pip install -q --upgrade pip >/dev/null
   .venv/bin/pip install -q -r scripts/requirements.txt

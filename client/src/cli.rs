@@ -37,6 +37,8 @@ pub struct Cli {
     pub log: colonnade_common::config::LogArgs,
     #[command(flatten)]
     pub auth: colonnade_common::config::AuthArgs,
+    #[command(flatten)]
+    pub tls: colonnade_common::config::ClientTlsArgs,
 }
 
 #[derive(Subcommand, Debug)]
@@ -55,6 +57,9 @@ pub enum Command {
     Similar(colonnade_eval::similar::SimilarArgs),
     /// List the models running shards hold, or drop one.
     Models(crate::models::ModelsArgs),
+    /// Make a cluster's secrets: a private CA, the shards' and clients'
+    /// certificates, and the bearer token (files, and a Kubernetes Secret).
+    Certs(crate::certs::CertsArgs),
 }
 
 #[derive(Args, Debug)]
@@ -226,6 +231,12 @@ pub struct TrainArgs {
     /// Write a JSON summary of the run here.
     #[arg(long, env = "COLONNADE_SUMMARY")]
     pub summary: Option<PathBuf>,
+    /// Serve Prometheus metrics over HTTP on this address while training
+    /// (e.g. 0.0.0.0:9101): words trained and words/s, loss, learning rate,
+    /// epoch, progress, calls and their latency and errors, retries and
+    /// recoveries, bytes on the wire.
+    #[arg(long, env = "COLONNADE_METRICS_LISTEN")]
+    pub metrics_listen: Option<std::net::SocketAddr>,
     /// What to do with a sentence holding invalid UTF-8: skip it or abort.
     #[arg(long, env = "COLONNADE_INVALID_UTF8", value_enum, default_value_t = InvalidUtf8Arg::Skip, long_help = INVALID_UTF8_HELP)]
     pub invalid_utf8: InvalidUtf8Arg,
@@ -575,6 +586,9 @@ pub async fn run_train(args: TrainArgs) -> anyhow::Result<TrainSummary> {
         cbow: args.cbow,
     };
     let progress = Arc::new(Progress::default());
+    if let Some(addr) = args.metrics_listen {
+        colonnade_common::config::serve_metrics(addr).map_err(anyhow::Error::msg)?;
+    }
     // In-vocabulary words this worker reads over all epochs: what the
     // progress display counts (out-of-vocabulary tokens are not in it).
     let expected = u64::from(args.iter) * vocab.total_count() / args.num_workers;
@@ -837,6 +851,7 @@ async fn train_over_grpc(
             }
             Err(e) if recoverable(&e) => {
                 recoveries += 1;
+                metrics::counter!("colonnade_client_recoveries_total").increment(1);
                 let reached = progress.words.load(Relaxed);
                 let failed_at = tracker.position();
                 tracing::warn!(error = %format!("{e:#}"), "training interrupted; reconciling with the shards (--retry-timeout {}s)", args.retry_timeout);

@@ -10,7 +10,8 @@ use tonic_health::pb::HealthCheckRequest;
 
 #[derive(clap::Args, Debug)]
 pub struct HealthArgs {
-    /// Shard endpoints to probe, comma-separated host:port.
+    /// Shard endpoints to probe, comma-separated host:port (https://host:port
+    /// for TLS; a shard's plaintext --health-listen port needs no TLS).
     #[arg(long, env = "COLONNADE_SHARDS", value_delimiter = ',', required = true)]
     pub shards: Vec<String>,
     /// Give up on a shard after this many seconds.
@@ -24,16 +25,11 @@ pub struct HealthArgs {
 pub async fn run(args: &HealthArgs) -> anyhow::Result<()> {
     let timeout = Duration::from_secs(args.timeout_secs.max(1));
     for endpoint in &args.shards {
-        let url = if endpoint.contains("://") {
-            endpoint.clone()
-        } else {
-            format!("http://{endpoint}")
-        };
         let probe = async {
-            let channel = tonic::transport::Endpoint::from_shared(url.clone())?
-                .connect_timeout(timeout)
+            let channel = colonnade_proto::shard_endpoint(endpoint, timeout)?
                 .connect()
-                .await?;
+                .await
+                .map_err(|e| anyhow::anyhow!(colonnade_proto::explain(&e)))?;
             let resp = HealthClient::new(channel)
                 .check(HealthCheckRequest {
                     service: args.service.clone(),

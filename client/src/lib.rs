@@ -12,6 +12,7 @@
 //! depend on a shard's internals (only on the boundary in `colonnade-proto`
 //! and `InProcessShards`).
 
+pub mod certs;
 pub mod cli;
 pub mod health;
 pub mod models;

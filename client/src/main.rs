@@ -6,7 +6,9 @@ fn main() -> std::process::ExitCode {
     colonnade_common::config::unset_empty_env();
     let cli = Cli::parse();
     colonnade_common::config::init_logging(cli.log.log_format);
-    let result = colonnade_proto::use_auth(&cli.auth).map_err(anyhow::Error::msg);
+    let result = colonnade_proto::use_auth(&cli.auth)
+        .and_then(|()| colonnade_proto::use_tls(&cli.tls))
+        .map_err(anyhow::Error::msg);
     colonnade_common::config::exit_code(result.and_then(|()| run(cli)))
 }
 
@@ -28,6 +30,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 tokio::task::block_in_place(|| colonnade_eval::similar::run(&args))
             }
             Command::Models(args) => colonnade_client::models::run(args).await,
+            Command::Certs(args) => colonnade_client::certs::run(&args),
         }
     })
 }

@@ -139,6 +139,7 @@ impl Cluster {
                 "waiting for shard(s): {}",
                 waiting.join("; ")
             );
+            metrics::counter!("colonnade_client_retries_total").increment(1);
             tokio::time::sleep(backoff).await;
             backoff = (backoff * 2).min(Duration::from_secs(5));
         }

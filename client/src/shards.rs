@@ -40,6 +40,7 @@ impl GrpcShard {
                         client,
                     })
                 }
+                Err(e) if e.permanent => return Err(e.into()),
                 Err(e) if Instant::now() >= deadline => {
                     return Err(anyhow::Error::new(e).context(format!(
                         "shard {endpoint} is not reachable after {timeout:?}"
@@ -54,22 +55,17 @@ impl GrpcShard {
     }
 }
 
-/// The innermost cause of an error (e.g. "Connection refused (os error 111)").
-fn root_cause(e: &dyn std::error::Error) -> String {
-    let mut cur = e;
-    while let Some(next) = cur.source() {
-        cur = next;
-    }
-    cur.to_string()
-}
-
-/// Refuses a shard list naming one endpoint twice (ignoring an `http://`
-/// scheme and a trailing `/`), before anything is connected or created: a
+/// Refuses a shard list naming one endpoint twice (ignoring an `http://` or
+/// `https://` scheme and a trailing `/`), before anything is connected or created: a
 /// shard listed twice would be given two column ranges of one model.
 pub fn refuse_duplicates(endpoints: &[String]) -> anyhow::Result<()> {
     let key = |e: &str| {
         let e = e.trim().trim_end_matches('/');
-        e.strip_prefix("http://").unwrap_or(e).to_ascii_lowercase()
+        let e = e.to_ascii_lowercase();
+        let bare = e
+            .strip_prefix("http://")
+            .or_else(|| e.strip_prefix("https://"));
+        bare.unwrap_or(&e).to_string()
     };
     let mut seen: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
     for (i, e) in endpoints.iter().enumerate() {
@@ -109,8 +105,12 @@ pub async fn connect_all(
                     .max(Duration::from_millis(100));
                 match tokio::time::timeout(limit, connect(e)).await {
                     Ok(Ok(client)) => Ok(client),
-                    Ok(Err(err)) => Err(root_cause(&err)),
-                    Err(_) => Err("connection attempt timed out".to_string()),
+                    Ok(Err(err)) => Err(err),
+                    Err(_) => Err(colonnade_proto::ConnectError {
+                        endpoint: e.clone(),
+                        reason: "connection attempt timed out".into(),
+                        permanent: false,
+                    }),
                 }
             }
         }))
@@ -124,8 +124,10 @@ pub async fn connect_all(
                         client,
                     });
                 }
+                // A TLS or naming mismatch does not go away by waiting.
+                Err(e) if e.permanent => return Err(e.into()),
                 Err(e) => {
-                    errors[i] = Some(e);
+                    errors[i] = Some(e.reason);
                     still.push(i);
                 }
             }
@@ -250,6 +252,12 @@ impl GrpcShards {
     }
 
     fn failed(&self, i: usize, call: &'static str, status: &tonic::Status) -> CallError {
+        metrics::counter!(
+            "colonnade_client_call_errors_total",
+            "method" => call,
+            "code" => code_name(status.code()),
+        )
+        .increment(1);
         CallError::from_status(&self.shards[i].endpoint, i, self.shards.len(), call, status)
     }
 
@@ -257,6 +265,30 @@ impl GrpcShards {
         let mut r = tonic::Request::new(message);
         r.set_timeout(self.timeout);
         r
+    }
+}
+
+/// A status code's name as a metric label (tonic's spelling).
+fn code_name(code: tonic::Code) -> &'static str {
+    use tonic::Code::*;
+    match code {
+        Ok => "Ok",
+        Cancelled => "Cancelled",
+        Unknown => "Unknown",
+        InvalidArgument => "InvalidArgument",
+        DeadlineExceeded => "DeadlineExceeded",
+        NotFound => "NotFound",
+        AlreadyExists => "AlreadyExists",
+        PermissionDenied => "PermissionDenied",
+        ResourceExhausted => "ResourceExhausted",
+        FailedPrecondition => "FailedPrecondition",
+        Aborted => "Aborted",
+        OutOfRange => "OutOfRange",
+        Unimplemented => "Unimplemented",
+        Internal => "Internal",
+        Unavailable => "Unavailable",
+        DataLoss => "DataLoss",
+        Unauthenticated => "Unauthenticated",
     }
 }
 
@@ -291,11 +323,14 @@ impl ModelShards for GrpcShards {
             batches: self.wire(mbs),
         };
         self.sent += req.encoded_len() as u64 * self.shards.len() as u64;
+        let start = Instant::now();
         let responses = futures::future::join_all(self.shards.iter().map(|s| {
             let (mut client, req) = (s.client.clone(), self.request(req.clone()));
             async move { client.dotprod(req).await }
         }))
         .await;
+        metrics::histogram!("colonnade_client_call_seconds", "method" => "dotprod")
+            .record(start.elapsed().as_secs_f64());
         let expected: usize = mbs
             .iter()
             .map(|mb| mb.examples() * (self.negative + 1))
@@ -335,11 +370,14 @@ impl ModelShards for GrpcShards {
             scaled_weights: encode_f16(scaled),
         };
         self.sent += req.encoded_len() as u64 * self.shards.len() as u64;
+        let start = Instant::now();
         let results = futures::future::join_all(self.shards.iter().map(|s| {
             let (mut client, req) = (s.client.clone(), self.request(req.clone()));
             async move { client.adjust(req).await }
         }))
         .await;
+        metrics::histogram!("colonnade_client_call_seconds", "method" => "adjust")
+            .record(start.elapsed().as_secs_f64());
         for (i, res) in results.into_iter().enumerate() {
             let pending = res
                 .map_err(|e| self.failed(i, "adjust", &e))?

@@ -69,6 +69,10 @@ pub struct Progress {
     /// Per epoch: Σ loss and pairs of its sampled minibatches.
     epoch_loss: Mutex<Vec<(f64, u64)>>,
     pub alpha_bits: AtomicU64,
+    /// The newest epoch a minibatch was trained in (0-based).
+    epoch: AtomicU64,
+    /// When [`Progress::publish`] last ran, and the words read then.
+    rate: Mutex<Option<(Instant, u64)>>,
     pub done: AtomicBool,
     /// Wakes the reporter when training ends (see [`Progress::finish`]).
     finished: tokio::sync::Notify,
@@ -87,6 +91,44 @@ impl Progress {
         f32::from_bits(self.alpha_bits.load(Relaxed) as u32)
     }
 
+    /// Sets the client's metrics from the counts so far (`--metrics-listen`;
+    /// without it these are no-ops): totals as counters, the rate of the
+    /// last interval, the last sampled loss, the learning rate, and the
+    /// fraction of `words_total` read; the first interval runs from `start`.
+    fn publish(&self, words_total: u64, start: Instant) {
+        let words = self.words.load(Relaxed);
+        metrics::counter!("colonnade_client_words_total").absolute(words);
+        metrics::counter!("colonnade_client_tokens_total").absolute(self.tokens.load(Relaxed));
+        metrics::counter!("colonnade_client_trained_words_total")
+            .absolute(self.trained_words.load(Relaxed));
+        metrics::counter!("colonnade_client_pairs_total").absolute(self.pairs.load(Relaxed));
+        metrics::counter!("colonnade_client_minibatches_total")
+            .absolute(self.minibatches.load(Relaxed));
+        metrics::counter!("colonnade_client_wire_bytes_total", "direction" => "sent")
+            .absolute(self.bytes_sent.load(Relaxed));
+        metrics::counter!("colonnade_client_wire_bytes_total", "direction" => "received")
+            .absolute(self.bytes_received.load(Relaxed));
+        metrics::gauge!("colonnade_client_learning_rate").set(f64::from(self.alpha()));
+        metrics::gauge!("colonnade_client_epoch").set(self.epoch.load(Relaxed) as f64);
+        metrics::gauge!("colonnade_client_progress_ratio")
+            .set(words as f64 / words_total.max(1) as f64);
+        if let Ok(mut r) = self.rate.lock() {
+            let now = Instant::now();
+            if let Some((t, w)) = r.replace((now, words)).or(Some((start, 0))) {
+                let secs = now.duration_since(t).as_secs_f64();
+                if secs > 0.0 {
+                    metrics::gauge!("colonnade_client_words_per_second")
+                        .set(words.saturating_sub(w) as f64 / secs);
+                }
+            }
+        }
+        if let Ok(r) = self.recent.lock() {
+            if let Some(loss) = r.2 {
+                metrics::gauge!("colonnade_client_loss").set(loss);
+            }
+        }
+    }
+
     /// Counts the bytes of one call.
     fn record_bytes(&self, sent: u64, received: u64) {
         self.bytes_sent.fetch_add(sent, Relaxed);
@@ -99,6 +141,7 @@ impl Progress {
         self.alpha_bits
             .store(u64::from(mb.alpha.to_bits()), Relaxed);
         self.minibatches.fetch_add(1, Relaxed);
+        self.epoch.fetch_max(mb.id.epoch, Relaxed);
         if let Some((loss, n)) = loss {
             if let Ok(mut r) = self.recent.lock() {
                 r.0 += loss;
@@ -594,7 +637,7 @@ impl Sgns {
         mb: &Minibatch,
         range: std::ops::Range<usize>,
     ) -> Option<(f64, usize)> {
-        let sampled = self.steps % LOSS_EVERY == 0;
+        let sampled = self.steps.is_multiple_of(LOSS_EVERY);
         self.steps += 1;
         if !sampled {
             return None;
@@ -646,6 +689,7 @@ pub async fn report(progress: Arc<Progress>, words_total: u64, interactive: bool
         if let Some(l) = progress.take_loss() {
             last_loss = Some(l);
         }
+        progress.publish(words_total, start);
         let loss = last_loss.map_or_else(|| "-".to_string(), |l| format!("{l:.4}"));
         let msg = format!(
             "{:.0} words/s  alpha {:.6}  loss {loss}",

@@ -73,6 +73,34 @@ impl AuthArgs {
     }
 }
 
+/// TLS towards shards, for clients and the exporter: shards named
+/// `https://host:port` are reached over TLS, checked against `--tls-ca` (or
+/// the system's trust store); `--tls-cert`/`--tls-key` present a client
+/// certificate to shards that require one (mutual TLS).
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct ClientTlsArgs {
+    /// CA certificate(s) (PEM) the shards' certificates must chain to, for
+    /// shards named `https://host:port`. Without it, the system's trust
+    /// store. Giving any --tls-* flag makes a shard named without
+    /// `https://` an error rather than a plaintext connection.
+    #[arg(long, global = true, env = "COLONNADE_TLS_CA")]
+    pub tls_ca: Option<std::path::PathBuf>,
+    /// This process's certificate (PEM), presented to shards that require
+    /// mutual TLS (ps-shard --tls-ca); needs --tls-key.
+    #[arg(long, global = true, env = "COLONNADE_TLS_CERT")]
+    pub tls_cert: Option<std::path::PathBuf>,
+    /// The private key (PEM) of --tls-cert.
+    #[arg(long, global = true, env = "COLONNADE_TLS_KEY")]
+    pub tls_key: Option<std::path::PathBuf>,
+}
+
+impl ClientTlsArgs {
+    /// Whether any TLS flag was given.
+    pub fn any(&self) -> bool {
+        self.tls_ca.is_some() || self.tls_cert.is_some() || self.tls_key.is_some()
+    }
+}
+
 /// Reads a token file (see [`AuthArgs`]); errors name the file.
 pub fn read_token(path: &std::path::Path) -> Result<String, String> {
     let text = fs_err::read_to_string(path).map_err(|e| e.to_string())?;
@@ -104,6 +132,27 @@ pub fn init_logging(format: LogFormat) {
         LogFormat::Text => builder.with_ansi(log_colours()).init(),
         LogFormat::Json => builder.json().with_ansi(false).init(),
     }
+}
+
+/// Upper bounds (seconds) of the latency histograms' buckets: a training
+/// call takes about a millisecond, a checkpoint up to minutes.
+pub const LATENCY_BUCKETS: [f64; 16] = [
+    0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 120.0,
+];
+
+/// Serves this process's metrics (the `metrics` crate's counters, gauges
+/// and histograms) for Prometheus at `http://ADDR/metrics`, every
+/// `*_seconds` histogram with [`LATENCY_BUCKETS`]. Call once, from inside
+/// the async runtime; errors name the address.
+pub fn serve_metrics(addr: std::net::SocketAddr) -> Result<(), String> {
+    use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
+    PrometheusBuilder::new()
+        .with_http_listener(addr)
+        .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), &LATENCY_BUCKETS)
+        .and_then(PrometheusBuilder::install)
+        .map_err(|e| format!("--metrics-listen {addr}: {e}"))?;
+    tracing::info!(%addr, "metrics for Prometheus at http://{addr}/metrics");
+    Ok(())
 }
 
 /// Ends `main`: a user error is printed as `error: <message>: <cause>: ...`

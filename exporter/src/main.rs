@@ -11,6 +11,8 @@ struct Cli {
     log: colonnade_common::config::LogArgs,
     #[command(flatten)]
     auth: colonnade_common::config::AuthArgs,
+    #[command(flatten)]
+    tls: colonnade_common::config::ClientTlsArgs,
 }
 
 fn main() -> std::process::ExitCode {
@@ -18,6 +20,7 @@ fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     colonnade_common::config::init_logging(cli.log.log_format);
     let result = colonnade_proto::use_auth(&cli.auth)
+        .and_then(|()| colonnade_proto::use_tls(&cli.tls))
         .map_err(anyhow::Error::msg)
         .and_then(|()| {
             tokio::runtime::Builder::new_multi_thread()

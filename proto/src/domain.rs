@@ -493,7 +493,7 @@ impl Minibatch {
             decode_u32_into("tokens", &b.tokens, &mut w.tokens)?;
             // The segments' u32 triples, decoded through `inputs` (scratch).
             decode_u32_into("segments", &b.segments, &mut self.inputs)?;
-            if self.inputs.len() % 3 != 0 {
+            if !self.inputs.len().is_multiple_of(3) {
                 return Err(invalid(format!(
                     "field `segments`: {} values is not a whole number of (len, first, inputs) triples",
                     self.inputs.len()

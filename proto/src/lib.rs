@@ -22,6 +22,7 @@ pub mod v1 {
 
 pub mod domain;
 pub mod shards;
+pub mod tls;
 
 pub use domain::{
     Matrix, Minibatch, MinibatchId, Segment, ShardError, ShardSpec, Windows, MAX_ALPHA,
@@ -84,23 +85,63 @@ impl tonic::service::Interceptor for Bearer {
     }
 }
 
-/// Connects to a shard at `endpoint` (`host:port` or a URL), with the message
-/// size limits both sides use and the process's bearer token. Errors name
-/// the endpoint.
-pub async fn connect(endpoint: &str) -> Result<ShardClient, ConnectError> {
+/// This process's TLS settings for shards (set once, at start).
+static TLS: std::sync::OnceLock<tls::ClientTls> = std::sync::OnceLock::new();
+
+/// Sets how every later [`connect`] reaches `https://` shards (call once,
+/// before connecting; later calls are ignored).
+pub fn set_tls(settings: tls::ClientTls) {
+    let _ = TLS.set(settings);
+}
+
+/// Reads the files of `--tls-ca`/`--tls-cert`/`--tls-key` and sets them as
+/// this process's, as the binaries do at start; errors name the file.
+pub fn use_tls(args: &colonnade_common::config::ClientTlsArgs) -> Result<(), String> {
+    set_tls(tls::ClientTls::from_args(args)?);
+    Ok(())
+}
+
+/// The channel settings of a shard at `endpoint` (`host:port` or a URL):
+/// `https://` is TLS with this process's settings ([`set_tls`]), anything
+/// else plaintext, which is refused when TLS was asked for. `timeout` bounds
+/// the connection and TLS handshake. Errors name the endpoint.
+pub fn shard_endpoint(
+    endpoint: &str,
+    timeout: std::time::Duration,
+) -> Result<tonic::transport::Endpoint, ConnectError> {
+    let settings = TLS.get().cloned().unwrap_or_default();
+    let https = endpoint
+        .get(..8)
+        .is_some_and(|s| s.eq_ignore_ascii_case("https://"));
+    if !https && settings.required() {
+        return Err(ConnectError::new(
+            endpoint,
+            "it is named without https:// but TLS was asked for (--tls-ca, --tls-cert or \
+             COLONNADE_TLS_*): name TLS shards https://host:port",
+        ));
+    }
     let url = if endpoint.contains("://") {
         endpoint.to_string()
     } else {
         format!("http://{endpoint}")
     };
-    let err = |source: tonic::transport::Error| ConnectError {
-        endpoint: endpoint.to_string(),
-        source,
-    };
-    let channel = tonic::transport::Endpoint::from_shared(url)
-        .map_err(err)?
+    let mut channel = tonic::transport::Endpoint::from_shared(url)
+        .map_err(|e| ConnectError::new(endpoint, e))?
+        .connect_timeout(timeout);
+    if https {
+        channel = channel
+            .tls_config(settings.config())
+            .map_err(|e| ConnectError::new(endpoint, e))?;
+    }
+    Ok(channel)
+}
+
+/// Connects to a shard at `endpoint` (`host:port` or a URL, see
+/// [`shard_endpoint`]), with the message size limits both sides use and the
+/// process's bearer token. Errors name the endpoint.
+pub async fn connect(endpoint: &str) -> Result<ShardClient, ConnectError> {
+    let channel = shard_endpoint(endpoint, std::time::Duration::from_secs(5))?
         .tcp_nodelay(true)
-        .connect_timeout(std::time::Duration::from_secs(5))
         // Responses of several minibatches outgrow HTTP/2's 64 KiB default
         // window; fixed large windows save the WINDOW_UPDATE round trips
         // (docs/benchmarks.md, netsim).
@@ -113,13 +154,60 @@ pub async fn connect(endpoint: &str) -> Result<ShardClient, ConnectError> {
         .keep_alive_while_idle(true)
         .connect()
         .await
-        .map_err(err)?;
+        .map_err(|e| ConnectError::new(endpoint, e))?;
+    verify(endpoint, channel.clone()).await?;
     let bearer = Bearer(AUTH_TOKEN.get().cloned().flatten());
     Ok(
         v1::shard_client::ShardClient::with_interceptor(channel, bearer)
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES),
     )
+}
+
+/// Checks that a new channel reaches a gRPC server, with a health check of
+/// the whole server (which needs no token): a plaintext connection to a
+/// shard that serves TLS connects, and fails only at its first call, and
+/// that is better said here, naming the endpoint.
+async fn verify(endpoint: &str, channel: tonic::transport::Channel) -> Result<(), ConnectError> {
+    let mut health = tonic_health::pb::health_client::HealthClient::new(channel);
+    let mut request = tonic::Request::new(tonic_health::pb::HealthCheckRequest::default());
+    request.set_timeout(std::time::Duration::from_secs(10));
+    let status = match health.check(request).await {
+        Ok(_) => return Ok(()),
+        // A gRPC server without the health service still answers.
+        Err(status) if status.code() == tonic::Code::Unimplemented => return Ok(()),
+        Err(status) => status,
+    };
+    let mut e = ConnectError::new(endpoint, status_text(&status));
+    // The connection itself failed right after it was made.
+    if std::error::Error::source(&status).is_some() && !e.permanent {
+        let https = endpoint
+            .get(..8)
+            .is_some_and(|s| s.eq_ignore_ascii_case("https://"));
+        let client_cert = TLS.get().is_some_and(tls::ClientTls::has_identity);
+        let hint = if !https {
+            "the shard closed the plaintext connection: it may serve TLS only; then name it \
+             https://host:port"
+        } else if !client_cert {
+            "the shard closed the TLS connection: it may require a client certificate (mutual \
+             TLS); then give --tls-cert and --tls-key"
+        } else {
+            "the shard closed the TLS connection: it may not accept this client's certificate \
+             (signed by a CA other than the shard's --tls-ca?)"
+        };
+        e.reason = format!("{} ({hint})", e.reason);
+        e.permanent = true;
+    }
+    Err(e)
+}
+
+/// A status's message and its causes, on one line.
+fn status_text(status: &tonic::Status) -> String {
+    use std::error::Error;
+    match status.source() {
+        Some(source) => explain(source),
+        None => status.message().to_string(),
+    }
 }
 
 /// HTTP/2 flow-control windows of every channel to a shard and of the shard's
@@ -133,11 +221,71 @@ pub const KEEPALIVE: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// A shard that could not be reached.
 #[derive(Debug, thiserror::Error)]
-#[error("cannot connect to shard {endpoint}: {source}")]
+#[error("cannot connect to shard {endpoint}: {reason}")]
 pub struct ConnectError {
     pub endpoint: String,
-    #[source]
-    pub source: tonic::transport::Error,
+    /// What failed, innermost cause first, and a hint when the failure has
+    /// a known cause (TLS on one side only, an untrusted certificate).
+    pub reason: String,
+    /// Trying again will not help (a TLS or naming mismatch), unlike a
+    /// shard that is not up yet.
+    pub permanent: bool,
+}
+
+impl ConnectError {
+    fn new(endpoint: &str, e: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
+        let e = e.into();
+        let reason = explain(&*e);
+        Self {
+            endpoint: endpoint.to_string(),
+            permanent: tls_hint(&reason).is_some() || reason.contains("https://"),
+            reason,
+        }
+    }
+}
+
+/// An error's chain as one line (outermost first), with a hint when it is a
+/// TLS failure whose cause is known.
+pub fn explain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts = vec![e.to_string()];
+    let mut cur = e;
+    while let Some(next) = cur.source() {
+        let s = next.to_string();
+        if !parts.iter().any(|p| p.contains(&s)) {
+            parts.push(s);
+        }
+        cur = next;
+    }
+    let text = parts.join(": ");
+    match tls_hint(&text) {
+        Some(hint) if !text.contains(hint) => format!("{text} ({hint})"),
+        _ => text,
+    }
+}
+
+/// What a TLS failure's message means for whoever runs the client.
+fn tls_hint(text: &str) -> Option<&'static str> {
+    let t = text.to_ascii_lowercase();
+    if t.contains("invalidcontenttype") || t.contains("corrupt message") {
+        Some("the shard answered in plaintext: it serves no TLS, so name it without https://")
+    } else if t.contains("notvalidforname") || t.contains("not valid for name") {
+        Some(
+            "the shard's certificate does not name the host this client dialled: name the \
+             shard by a host its certificate lists (colonnade certs --hosts)",
+        )
+    } else if t.contains("unknownissuer") || t.contains("invalid peer certificate") {
+        Some(
+            "the shard's certificate is not signed by a CA this client trusts: give the \
+             cluster's CA with --tls-ca",
+        )
+    } else if t.contains("certificaterequired") || t.contains("certificate required") {
+        Some(
+            "the shard requires a client certificate (mutual TLS): give --tls-cert and \
+             --tls-key",
+        )
+    } else {
+        None
+    }
 }
 
 /// A `bytes` field whose length is not a whole number of elements.
@@ -247,7 +395,7 @@ pub fn decode_f16_scaled_into(
     alpha: f32,
     out: &mut Vec<f32>,
 ) -> Result<(), WireLengthError> {
-    if raw.len() % 2 != 0 {
+    if !raw.len().is_multiple_of(2) {
         return Err(WireLengthError {
             field,
             len: raw.len(),

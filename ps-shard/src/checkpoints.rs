@@ -33,6 +33,8 @@ pub struct Version {
     pub lineage: u64,
     /// The manifest JSON (every worker's training position).
     pub manifest: Vec<u8>,
+    /// When it was written (Unix milliseconds).
+    pub written_unix_ms: u64,
 }
 
 /// One model's checkpoint state on this shard.
@@ -61,6 +63,21 @@ impl Checkpoints {
 
     pub fn last_error(&self) -> Option<String> {
         self.last_error.lock().clone()
+    }
+
+    /// How long ago the newest version on disk was written.
+    pub fn newest_age(&self) -> Option<Duration> {
+        let newest = self
+            .on_disk
+            .lock()
+            .iter()
+            .map(|v| v.written_unix_ms)
+            .max()?;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .ok()?
+            .as_millis() as u64;
+        Some(Duration::from_millis(now.saturating_sub(newest)))
     }
 
     /// Gives up the barrier in progress, telling its waiters why.
@@ -232,6 +249,7 @@ fn version_of(h: &Header) -> Version {
         version: h.version,
         lineage: h.lineage,
         manifest: serde_json::to_vec(&h.manifest).unwrap_or_default(),
+        written_unix_ms: h.written_unix_ms,
     }
 }
 
@@ -500,6 +518,14 @@ impl ShardCore {
             let _ = b.tx.send(Phase::Taken(taken));
             let outcome = core.write(&model, &state, &b, manifest, &u, &v);
             drop((u, v));
+            metrics::histogram!("colonnade_shard_checkpoint_pause_seconds")
+                .record(taken.pause_seconds);
+            metrics::histogram!("colonnade_shard_checkpoint_seconds")
+                .record(start.elapsed().as_secs_f64());
+            metrics::gauge!("colonnade_shard_checkpoint_bytes").set(taken.bytes as f64);
+            let outcome_label = if outcome.is_ok() { "written" } else { "failed" };
+            metrics::counter!("colonnade_shard_checkpoints_total", "outcome" => outcome_label)
+                .increment(1);
             let _ = b.tx.send(match outcome {
                 Ok(()) => Phase::Written(taken),
                 Err(e) => Phase::Failed(e),

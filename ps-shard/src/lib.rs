@@ -9,7 +9,8 @@
 //! targets; [`loops`] are the two SIMD loops over a plan; [`model`] is one
 //! model's slice and its operations; [`registry`] the models a shard holds;
 //! [`service`] the thin tonic adapter (which pairs a `dotprod` with its
-//! `adjust`), [`server`] wires it with health checks; [`in_process`] reaches
+//! `adjust`), [`server`] wires it with health checks, TLS and
+//! [`observe`]'s metrics; [`in_process`] reaches
 //! a model's shards in this process through the same boundary trait the
 //! client uses over gRPC; [`checkpoints`] keeps models in a data dir
 //! (barrier, crash-safe versions, restore, load at start-up). A shard never sends vectors or gradients during
@@ -24,6 +25,7 @@ pub mod hogwild;
 pub mod in_process;
 mod loops;
 pub mod model;
+pub mod observe;
 pub mod plan;
 pub mod registry;
 pub mod server;
@@ -31,5 +33,5 @@ pub mod service;
 
 pub use crate::in_process::InProcessShards;
 pub use crate::registry::{Created, ShardCore};
-pub use crate::server::{serve, SpawnedShard};
+pub use crate::server::{serve, ServeOptions, SpawnedShard};
 pub use colonnade_proto::{Matrix, ShardError, ShardSpec};

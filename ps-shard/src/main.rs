@@ -1,9 +1,10 @@
 use anyhow::Context;
 use clap::Parser;
 use colonnade_ps_shard::service::Tokens;
-use colonnade_ps_shard::{serve, ShardCore};
+use colonnade_ps_shard::{serve, ServeOptions, ShardCore};
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// Colonnade parameter-server shard: holds a column slice of every word vector
 /// and serves dotprod/adjust. The model's configuration arrives from the client.
@@ -41,6 +42,47 @@ struct Args {
     /// models. Without it, admin calls take the cluster token.
     #[arg(long, env = "COLONNADE_ADMIN_TOKEN_FILE")]
     admin_token_file: Option<std::path::PathBuf>,
+    /// This shard's TLS certificate chain (PEM): the port serves TLS only,
+    /// and clients name the shard `https://host:port`. Needs --tls-key.
+    /// `colonnade certs` makes one.
+    #[arg(long, env = "COLONNADE_SHARD_TLS_CERT")]
+    tls_cert: Option<std::path::PathBuf>,
+    /// The private key (PEM) of --tls-cert.
+    #[arg(long, env = "COLONNADE_SHARD_TLS_KEY")]
+    tls_key: Option<std::path::PathBuf>,
+    /// CA certificate(s) (PEM) that clients' certificates must chain to:
+    /// every connection must present one (mutual TLS). Needs --tls-cert.
+    #[arg(long, env = "COLONNADE_SHARD_TLS_CA")]
+    tls_ca: Option<std::path::PathBuf>,
+    /// Serve plaintext on an address other than loopback. Without TLS a
+    /// shard refuses to listen beyond loopback unless given this: anyone
+    /// on the network could read the vectors and the bearer token.
+    #[arg(long, env = "COLONNADE_ALLOW_PLAINTEXT")]
+    allow_plaintext: bool,
+    /// Also serve grpc.health.v1 alone, in plaintext, on this address: for
+    /// probes that cannot speak TLS (Kubernetes' gRPC probes). It answers
+    /// SERVING or NOT_SERVING and nothing else.
+    #[arg(long, env = "COLONNADE_HEALTH_LISTEN")]
+    health_listen: Option<SocketAddr>,
+    /// Serve Prometheus metrics over HTTP on this address (e.g.
+    /// 0.0.0.0:9100): calls and errors by method and code, call latency,
+    /// pairs adjusted, model bytes, checkpoints, connections, health.
+    #[arg(long, env = "COLONNADE_METRICS_LISTEN")]
+    metrics_listen: Option<SocketAddr>,
+    /// Close a client connection that has had no call in flight for this
+    /// many seconds (0: never), so that idle clients do not hold the 512
+    /// connection slots; a client's next call reconnects.
+    #[arg(
+        long,
+        env = "COLONNADE_MAX_CONNECTION_IDLE_SECS",
+        default_value_t = 300
+    )]
+    max_connection_idle_secs: u64,
+    /// Health says NOT_SERVING when a probe of the compute threads (an
+    /// empty job queued like every training call) waits longer than this
+    /// many seconds, and SERVING again once one gets through.
+    #[arg(long, env = "COLONNADE_HEALTH_STALL_SECS", default_value_t = 10.0)]
+    health_stall_secs: f64,
 }
 
 fn main() -> std::process::ExitCode {
@@ -60,6 +102,12 @@ async fn run(args: Args) -> anyhow::Result<()> {
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, std::num::NonZero::get));
     let max_model_bytes = args.max_model_bytes.unwrap_or_else(default_budget);
+    if !(args.health_stall_secs > 0.0 && args.health_stall_secs.is_finite()) {
+        anyhow::bail!(
+            "--health-stall-secs {}: must be a positive number of seconds",
+            args.health_stall_secs
+        );
+    }
     let tokens = Tokens {
         cluster: args.auth.token().map_err(anyhow::Error::msg)?,
         admin: args
@@ -69,18 +117,68 @@ async fn run(args: Args) -> anyhow::Result<()> {
             .transpose()
             .map_err(anyhow::Error::msg)?,
     };
-    if tokens.cluster.is_none() && !args.listen.ip().is_loopback() {
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some(
+            colonnade_proto::tls::server_config(cert, key, args.tls_ca.as_deref())
+                .map_err(anyhow::Error::msg)?,
+        ),
+        (None, None) if args.tls_ca.is_some() => {
+            anyhow::bail!("--tls-ca (mutual TLS) needs the shard's own --tls-cert and --tls-key")
+        }
+        (None, None) => None,
+        (Some(_), None) => anyhow::bail!("--tls-cert needs --tls-key (its private key)"),
+        (None, Some(_)) => anyhow::bail!("--tls-key needs --tls-cert"),
+    };
+    let exposed = !args.listen.ip().is_loopback();
+    if tls.is_none() && exposed {
+        if !args.allow_plaintext {
+            anyhow::bail!(
+                "--listen {}: a shard serves plaintext only on loopback; give --tls-cert and \
+                 --tls-key (`colonnade certs` makes them), or --allow-plaintext on a network \
+                 you trust",
+                args.listen
+            );
+        }
+        tracing::warn!(
+            listen = %args.listen,
+            "serving plaintext beyond loopback (--allow-plaintext): anyone on the path can read \
+             vectors and bearer tokens"
+        );
+    }
+    if tokens.cluster.is_none() && exposed {
         tracing::warn!(
             listen = %args.listen,
             "no bearer token (--auth-token-file): anyone who reaches this address can train, \
              read and drop models"
         );
     }
+    if let Some(addr) = args.metrics_listen {
+        colonnade_common::config::serve_metrics(addr).map_err(anyhow::Error::msg)?;
+    }
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
     let addr = listener.local_addr().context("listener address")?;
-    tracing::info!(%addr, threads, max_model_bytes, version = env!("CARGO_PKG_VERSION"), data_dir = ?args.data_dir, "ps-shard serving");
+    let health = match args.health_listen {
+        Some(a) => Some(
+            tokio::net::TcpListener::bind(a)
+                .await
+                .with_context(|| format!("cannot listen on {a} (--health-listen)"))?,
+        ),
+        None => None,
+    };
+    tracing::info!(
+        %addr,
+        tls = tls.is_some(),
+        mutual_tls = args.tls_ca.is_some(),
+        health_listen = ?args.health_listen,
+        metrics_listen = ?args.metrics_listen,
+        threads,
+        max_model_bytes,
+        version = env!("CARGO_PKG_VERSION"),
+        data_dir = ?args.data_dir,
+        "ps-shard serving"
+    );
     let core = Arc::new(match args.data_dir {
         Some(dir) => ShardCore::persistent(Some(max_model_bytes), dir),
         None => ShardCore::new(Some(max_model_bytes)),
@@ -98,15 +196,24 @@ async fn run(args: Args) -> anyhow::Result<()> {
         drop(failed_tx);
     }
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(serve(
-        listener,
-        Arc::clone(&core),
+    if args.metrics_listen.is_some() {
+        tokio::spawn(colonnade_ps_shard::observe::sample(
+            Arc::clone(&core),
+            Some(max_model_bytes),
+        ));
+    }
+    let options = ServeOptions {
         threads,
         tokens,
-        async move {
-            let _ = stop_rx.await;
-        },
-    ));
+        tls,
+        health,
+        max_connection_idle: (args.max_connection_idle_secs > 0)
+            .then(|| Duration::from_secs(args.max_connection_idle_secs)),
+        probe_stall: Some(Duration::from_secs_f64(args.health_stall_secs)),
+    };
+    let server = tokio::spawn(serve(listener, Arc::clone(&core), options, async move {
+        let _ = stop_rx.await;
+    }));
     let load_failed = async move {
         match failed_rx.await {
             Ok(e) => Some(e),

@@ -329,7 +329,9 @@ impl Model {
         let cols = self.spec.cols();
         let rows = (values.len() / cols.max(1)) as u64;
         let v = self.spec.model.vocab_size;
-        if values.len() % cols.max(1) != 0 || start.checked_add(rows).is_none_or(|e| e > v) {
+        if !values.len().is_multiple_of(cols.max(1))
+            || start.checked_add(rows).is_none_or(|e| e > v)
+        {
             return Err(invalid(format!(
                 "{} values from row {start} are not whole rows of {cols} columns within {v} rows",
                 values.len()

@@ -19,6 +19,7 @@ use colonnade_proto::{decode_f16_scaled_into, decode_u64, encode_f32};
 use colonnade_proto::{Matrix, Minibatch, ShardError, ShardSpec, MAX_CALL_DOTS};
 use futures::Stream;
 use std::cell::RefCell;
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -266,6 +267,25 @@ impl ShardService {
 
     pub fn core(&self) -> &Arc<ShardCore> {
         &self.core
+    }
+
+    /// A probe of the compute path: each call waits for a compute permit
+    /// and runs an empty job on a blocking thread, as every training call
+    /// does, and answers whether it got through (false once the shard shuts
+    /// down). See `server::watch_compute`.
+    pub fn probe(
+        &self,
+    ) -> impl Fn() -> Pin<Box<dyn Future<Output = bool> + Send>> + Send + 'static {
+        let permits = Arc::clone(&self.permits);
+        move || {
+            let permits = Arc::clone(&permits);
+            Box::pin(async move {
+                let Ok(_permit) = permits.acquire_owned().await else {
+                    return false;
+                };
+                tokio::task::spawn_blocking(|| ()).await.is_ok()
+            })
+        }
     }
 
     async fn blocking<T: Send + 'static>(

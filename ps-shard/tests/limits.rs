@@ -32,6 +32,10 @@ struct Shard {
 
 impl Shard {
     fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    fn start_with(extra: &[&str]) -> Self {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .expect("free port")
@@ -42,6 +46,7 @@ impl Shard {
         let child = Command::new(env!("CARGO_BIN_EXE_ps-shard"))
             .args(["--listen", &endpoint, "--threads", "1"])
             .args(["--max-model-bytes", &BUDGET.to_string()])
+            .args(extra)
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())
             .stderr(fs_err::File::create(&log).expect("log file").into_parts().0)
@@ -361,4 +366,152 @@ async fn hostile_requests_end_in_clear_errors_and_the_shard_stays_within_its_bud
     assert!(shard.alive(), "the shard died:\n{}", shard.log());
     let peak = shard.memory("VmHWM");
     assert!(peak < BUDGET + HEADROOM, "peak RSS {peak} bytes");
+}
+
+/// A free loopback address.
+fn free_addr() -> String {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port();
+    format!("127.0.0.1:{port}")
+}
+
+/// The Shard service's health on `addr` (a plaintext health port).
+async fn shard_health(addr: &str) -> Option<i32> {
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .ok()?
+        .connect_timeout(Duration::from_secs(1))
+        .connect()
+        .await
+        .ok()?;
+    let mut health = tonic_health::pb::health_client::HealthClient::new(channel);
+    let r = health
+        .check(tonic_health::pb::HealthCheckRequest {
+            service: "colonnade.v1.Shard".into(),
+        })
+        .await
+        .ok()?;
+    Some(r.into_inner().status)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_says_not_serving_while_the_compute_threads_do_not_answer() {
+    use tonic_health::pb::health_check_response::ServingStatus;
+    let health = free_addr();
+    let shard = Shard::start_with(&["--health-listen", &health, "--health-stall-secs", "0.5"]);
+    let mut c = shard.client(Duration::from_secs(30)).await;
+    let fp = create(&mut c, spec(100_000, 200, 5))
+        .await
+        .expect("a model within the budget");
+    // Several seconds of work queued on the one compute thread: calls of
+    // 3.6M dot products each, sent at once.
+    let big: Vec<u32> = (0..600_000u32).map(|i| (i * 7) % 100_000).collect();
+    let calls: Vec<_> = (0..16u64)
+        .map(|k| {
+            let mut c = c.clone();
+            let mut b = pairs(fp, &big, 0.025);
+            b.seed = 5000 + k;
+            tokio::spawn(async move { c.dotprod(DotprodRequest { batches: vec![b] }).await })
+        })
+        .collect();
+    let mut seen = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut finished = false;
+    while Instant::now() < deadline {
+        let status = shard_health(&health).await;
+        if seen.last() != Some(&status) {
+            seen.push(status);
+        }
+        finished = calls.iter().all(tokio::task::JoinHandle::is_finished);
+        if finished && status == Some(ServingStatus::Serving as i32) && seen.len() > 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(finished, "the calls did not finish; health went {seen:?}");
+    for call in calls {
+        call.await.expect("task").expect("a call within the limits");
+    }
+    let serving = Some(ServingStatus::Serving as i32);
+    let not_serving = Some(ServingStatus::NotServing as i32);
+    let stalled = seen.iter().position(|s| *s == not_serving);
+    assert!(
+        stalled.is_some_and(|i| seen[..i].contains(&serving) && seen[i..].contains(&serving)),
+        "health went {seen:?}: expected SERVING, NOT_SERVING while the calls queued, SERVING again"
+    );
+    assert!(
+        shard.log().contains("compute threads have not answered"),
+        "the stall was not logged:\n{}",
+        shard.log()
+    );
+}
+
+/// Open connections to the shard, from its metrics page.
+async fn open_connections(metrics: &str) -> Option<f64> {
+    let mut tcp = tokio::net::TcpStream::connect(metrics).await.ok()?;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    tcp.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
+        .await
+        .ok()?;
+    let mut page = String::new();
+    tcp.read_to_string(&mut page).await.ok()?;
+    page.lines()
+        .find_map(|l| l.strip_prefix("colonnade_shard_connections "))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_without_a_call_are_closed_after_the_idle_limit() {
+    let metrics = free_addr();
+    let shard = Shard::start_with(&[
+        "--metrics-listen",
+        &metrics,
+        "--max-connection-idle-secs",
+        "2",
+    ]);
+    let mut c = shard.client(Duration::from_secs(30)).await;
+    // 20 clients that made one call each and then keep their connections
+    // open (HTTP/2 pings every second).
+    let mut clients = Vec::new();
+    for _ in 0..20 {
+        let ch = tonic::transport::Endpoint::from_shared(format!("http://{}", shard.endpoint))
+            .expect("url")
+            .http2_keep_alive_interval(Duration::from_secs(1))
+            .keep_alive_while_idle(true)
+            .connect()
+            .await
+            .expect("connect");
+        let mut c = ShardClient::new(ch);
+        c.status(StatusRequest {}).await.expect("status");
+        clients.push(c);
+    }
+    let open = open_connections(&metrics).await;
+    assert!(
+        open.is_some_and(|n| n >= 20.0),
+        "open connections: {open:?}"
+    );
+    // A stream in flight keeps its connection: a PullRows nobody reads
+    // (80 MB of rows: more than HTTP/2's windows let the shard send).
+    let fp = create(&mut c, spec(100_000, 200, 5)).await.expect("model");
+    let mut hoarder = shard.client(Duration::from_secs(5)).await;
+    let held = hoarder
+        .pull_rows(pull(fp, v1::Matrix::Input))
+        .await
+        .expect("stream");
+    drop(c);
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let open = open_connections(&metrics).await;
+    assert_eq!(
+        open,
+        Some(1.0),
+        "only the connection with a stream in flight should be left"
+    );
+    // A client whose connection was closed reconnects on its next call.
+    for c in &mut clients {
+        c.status(StatusRequest {})
+            .await
+            .expect("a call after the idle close");
+    }
+    drop(held);
 }
