@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
 # End-to-end test of the docker-compose deployment on a real Docker engine:
-# builds the image, starts S shards + M workers (default 3 + 2) on a private
-# network under a unique project name, trains on a slice of the enwiki corpus,
-# exports HDF5 and checks it with h5py (shape, vocabulary, finite values, and
-# nearest neighbours of a few obvious words). Mid-run it kills a shard
-# container (`docker kill`, SIGKILL) once checkpoints exist: the shard comes
-# back on its state volume and the workers must recover and finish (their
-# summaries must report the recovery). Always tears everything down.
+# builds the images, makes the cluster's secrets (make-secrets.sh: a CA,
+# certificates, tokens), starts S shards + M workers (default 3 + 2) with
+# mutual TLS and the bearer token on a private network under a unique project
+# name, trains on a slice of the enwiki corpus, exports HDF5 and checks it
+# with h5py (shape, vocabulary, finite values, and nearest neighbours of a few
+# obvious words). Mid-run it kills a shard container (`docker kill`, SIGKILL)
+# once checkpoints exist: the shard comes back on its state volume and the
+# workers must recover and finish (their summaries must report the recovery).
+# Meanwhile it asks the cluster's Prometheus for the shards' Adjust counters:
+# they must rise between scrapes, every shard must be up, and the workers'
+# words must be seen. Afterwards, calls without the token, in plaintext or
+# without a client certificate must be refused. Always tears everything down.
 #
 #   scripts/compose-test.sh
 #
@@ -126,6 +131,13 @@ else
 fi
 log "corpus slice: $corpus_words words ($(wc -c <"$tmp/data/corpus.txt") bytes)"
 
+# The cluster's secrets, made by the script users run (from the image).
+export COLONNADE_SECRETS_DIR=$tmp/secrets
+deploy/compose/make-secrets.sh "$shards" "$COLONNADE_SECRETS_DIR" >&2
+# Prometheus on a free port of the host's loopback.
+COLONNADE_PROMETHEUS_PORT=$("$python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+export COLONNADE_PROMETHEUS_PORT
+
 # 4. Settings: small model, one epoch; 2 cores shared by everything.
 export COLONNADE_DATA_DIR=$tmp/data
 export COLONNADE_OUT_DIR=$tmp/out
@@ -148,9 +160,6 @@ export COLONNADE_SHARD_THREADS=${COLONNADE_SHARD_THREADS:-1}
 export COLONNADE_SHARD_MEM_LIMIT=${COLONNADE_SHARD_MEM_LIMIT:-1g}
 export COLONNADE_CLIENT_MEM_LIMIT=${COLONNADE_CLIENT_MEM_LIMIT:-1g}
 export RUST_LOG=${RUST_LOG:-info}
-# Every shard, worker and the exporter share a bearer token (docs/deploy.md);
-# the shards refuse calls without it (checked after the run).
-export COLONNADE_AUTH_TOKEN=${COLONNADE_AUTH_TOKEN:-$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')}
 
 dc config -q
 
@@ -162,6 +171,32 @@ status=0
 timeout --foreground "$run_timeout" "${compose_bin[@]}" -p "$project" -f "$compose_file" --env-file "$env_file" \
   up -d --no-build >"$tmp/up.log" 2>&1 &
 up_pid=$!
+# Ask Prometheus every 2 s, while the cluster runs, for the shards' Adjust
+# calls, the shards it sees up and the words the workers read.
+"$python" - "$COLONNADE_PROMETHEUS_PORT" "$tmp/prometheus.jsonl" "$tmp/prometheus.stop" <<'PY' &
+import json, os, sys, time, urllib.parse, urllib.request
+port, out, stop = sys.argv[1], sys.argv[2], sys.argv[3]
+queries = {
+    "adjust": 'sum(colonnade_shard_calls_total{method="Adjust",code="Ok"})',
+    "shards_up": 'sum(up{job="colonnade-shards"})',
+    "worker_words": 'sum(colonnade_client_words_total)',
+}
+with open(out, "a") as f:
+    while not os.path.exists(stop):
+        row = {"t": time.time()}
+        for name, q in queries.items():
+            url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": q})
+            try:
+                with urllib.request.urlopen(url, timeout=3) as r:
+                    result = json.load(r)["data"]["result"]
+                row[name] = float(result[0]["value"][1]) if result else None
+            except Exception as e:  # not up yet
+                row[name] = None
+        f.write(json.dumps(row) + "\n")
+        f.flush()
+        time.sleep(2)
+PY
+poller_pid=$!
 killed=0
 if [ "$kill_shard" = 1 ]; then
   # `up -d` returns only once the workers are done: kill meanwhile, once
@@ -189,6 +224,10 @@ if [ "$kill_shard" = 1 ]; then
   [ "$killed" = 1 ] || log "WARNING: training ended before shard-1 had two checkpoints; nothing was killed"
 fi
 wait "$up_pid" || status=$?
+# The workers' last scrapes: one more interval before the poller stops.
+sleep 6
+touch "$tmp/prometheus.stop"
+wait "$poller_pid" || true
 if [ "$status" != 0 ]; then
   cat "$tmp/up.log" >&2
   dc logs --no-color --tail 40 >&2 || true
@@ -219,14 +258,44 @@ if [ "$export_rc" != 0 ] || [ "$ok" != 1 ]; then
 fi
 dc logs --no-color worker-0 2>&1 | grep -E 'model ready|training done|trained ' | sed 's/\x1b\[[0-9;]*m//g' | tail -3 >&2 || true
 
-# The shards hold the cluster's token: the same call without it is refused.
-if probe=$(dc run --rm --no-deps -T -e COLONNADE_AUTH_TOKEN= --entrypoint /usr/local/bin/colonnade exporter \
-  models list --shards shard-0:50051 2>&1); then
-  log "FAIL: shard-0 served a call without the token: $probe"
-  exit 1
-fi
-echo "$probe" | grep -q "bearer token" || { log "FAIL: expected a refusal naming the bearer token, got: $probe"; exit 1; }
-log "shard-0 refuses a call without the token: $(echo "$probe" | grep 'bearer token' | tail -1)"
+# Prometheus scraped the shards while they trained: their Adjust counters
+# rose between scrapes, it saw every shard up and the workers' words.
+"$python" - "$tmp/prometheus.jsonl" "$shards" <<'PY' || { dc logs --no-color --tail 30 prometheus >&2; exit 1; }
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+shards = int(sys.argv[2])
+adjust = [r["adjust"] for r in rows if r.get("adjust") is not None]
+rises = sum(1 for a, b in zip(adjust, adjust[1:]) if b > a)
+up = max((r["shards_up"] or 0) for r in rows) if rows else 0
+words = max((r["worker_words"] or 0) for r in rows) if rows else 0
+print(f"compose-test: Prometheus: {len(rows)} queries, shards' Adjust calls {adjust[0] if adjust else None} -> "
+      f"{adjust[-1] if adjust else None} ({rises} rises), up to {up:.0f}/{shards} shards up, "
+      f"workers' words up to {words:.0f}")
+if rises < 2 or up < shards or words <= 0:
+    print("compose-test: FAIL: Prometheus did not see the shards' counters rise, every shard up and the "
+          "workers' words", file=sys.stderr)
+    sys.exit(1)
+PY
+
+# The shards serve mutual TLS and hold the cluster's token: a call without
+# the token, one in plaintext and one without a client certificate are
+# refused, each naming the shard and what is missing.
+refused() {
+  local what=$1 expect=$2 probe
+  shift 2
+  if probe=$(dc run --rm --no-deps -T "$@" --entrypoint /usr/local/bin/colonnade exporter \
+    models list 2>&1); then
+    log "FAIL: shard-0 served a call $what: $probe"
+    exit 1
+  fi
+  echo "$probe" | grep -q "$expect" || { log "FAIL: a call $what: expected a refusal saying '$expect', got: $probe"; exit 1; }
+  log "shard-0 refuses a call $what: $(echo "$probe" | grep "$expect" | tail -1)"
+}
+refused "without the token" "bearer token" -e COLONNADE_AUTH_TOKEN_FILE= -e COLONNADE_SHARDS=https://shard-0:50051
+refused "in plaintext" "may serve TLS only" -e COLONNADE_TLS_CA= -e COLONNADE_TLS_CERT= -e COLONNADE_TLS_KEY= \
+  -e COLONNADE_SHARDS=shard-0:50051
+refused "without a client certificate" "client certificate" -e COLONNADE_TLS_CERT= -e COLONNADE_TLS_KEY= \
+  -e COLONNADE_SHARDS=https://shard-0:50051
 
 # 6. Check the exported HDF5 with h5py.
 "$python" - "$tmp/out/model.h5" "$tmp/out/vocab.tsv" "$COLONNADE_SIZE" "$shards" "$tmp/out" "$killed" <<'PY'

@@ -44,10 +44,12 @@ cdir=deploy/compose
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/colonnade-validate.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 
-step "compose file is the output of generate.sh 3 2"
-"$cdir/generate.sh" 3 2 - >"$tmp/expected.yml"
+step "compose file and prometheus.yml are the output of generate.sh 3 2"
+"$cdir/generate.sh" 3 2 "$tmp/expected.yml" "$tmp/expected-prometheus.yml" 2>/dev/null
 diff -u "$cdir/docker-compose.yml" "$tmp/expected.yml" \
   || bad "$cdir/docker-compose.yml differs from 'generate.sh 3 2' (rerun: deploy/compose/generate.sh 3 2)"
+diff -u "$cdir/prometheus.yml" "$tmp/expected-prometheus.yml" \
+  || bad "$cdir/prometheus.yml differs from 'generate.sh 3 2' (rerun: deploy/compose/generate.sh 3 2)"
 
 if [ ${#compose[@]} -eq 0 ]; then
   echo "validate-deploy: SKIP compose checks: neither docker-compose nor docker compose is installed"
@@ -56,7 +58,7 @@ else
   "${compose[@]}" -f "$cdir/docker-compose.yml" --env-file "$cdir/.env" config -q \
     || bad "compose config of $cdir/docker-compose.yml"
   "${compose[@]}" -f "$cdir/docker-compose.yml" --env-file "$cdir/.env" config --services >"$tmp/services"
-  want="exporter shard-0 shard-1 shard-2 vocab worker-0 worker-1"
+  want="exporter prometheus shard-0 shard-1 shard-2 vocab worker-0 worker-1"
   got=$(sort "$tmp/services" | tr '\n' ' ' | sed 's/ $//')
   [ "$got" = "$want" ] || bad "services are '$got', expected '$want'"
   for sm in "1 1" "5 4"; do
@@ -68,12 +70,13 @@ else
     "${compose[@]}" -f "$tmp/docker-compose.yml" --env-file "$tmp/.env" config -q \
       || bad "compose config for $1 shards, $2 workers"
     n=$("${compose[@]}" -f "$tmp/docker-compose.yml" --env-file "$tmp/.env" config --services | wc -l)
-    [ "$n" -eq $(($1 + $2 + 2)) ] || bad "generate.sh $1 $2 gave $n services"
+    [ "$n" -eq $(($1 + $2 + 3)) ] || bad "generate.sh $1 $2 gave $n services"
   done
 fi
 
 # --- scripts -----------------------------------------------------------------
-scripts=(scripts/build-images.sh scripts/compose-test.sh scripts/validate-deploy.sh deploy/compose/generate.sh)
+scripts=(scripts/build-images.sh scripts/compose-test.sh scripts/validate-deploy.sh deploy/compose/generate.sh
+  deploy/compose/make-secrets.sh)
 step "bash -n ${scripts[*]}"
 for s in "${scripts[@]}"; do bash -n "$s" || bad "bash -n $s"; done
 if command -v shellcheck >/dev/null 2>&1; then

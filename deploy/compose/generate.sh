@@ -1,23 +1,34 @@
 #!/usr/bin/env bash
 # Writes a docker-compose file for S parameter-server shards and M client
 # workers (the shard and worker lists cannot be expressed with variables alone:
-# every shard is its own service, and every worker gets its own index).
+# every shard is its own service, and every worker gets its own index), and
+# the configuration of the Prometheus that scrapes them.
 #
-#   deploy/compose/generate.sh [S] [M] [OUTPUT]
+#   deploy/compose/generate.sh [S] [M] [OUTPUT] [PROMETHEUS_OUTPUT]
 #     S       shards         (default 3)
 #     M       client workers (default 2)
 #     OUTPUT  file to write  (default: docker-compose.yml next to this script;
 #             "-" writes to standard output)
+#     PROMETHEUS_OUTPUT  Prometheus configuration (default: prometheus.yml
+#             beside OUTPUT, where the compose file mounts it from; not
+#             written when OUTPUT is "-" unless given; "-": standard output)
 #
-# The checked-in docker-compose.yml is `generate.sh 3 2`. Everything else (the
-# image, corpus, hyper-parameters, threads, memory limits, paths) comes from
-# environment variables, with defaults in .env beside the compose file.
+# The checked-in docker-compose.yml and prometheus.yml are `generate.sh 3 2`.
+# Everything else (the image, corpus, hyper-parameters, threads, memory
+# limits, paths) comes from environment variables, with defaults in .env
+# beside the compose file. TLS (mutual) and the bearer token are on: the
+# secrets come from COLONNADE_SECRETS_DIR, made by make-secrets.sh.
 set -euo pipefail
 
 shards=${1:-3}
 workers=${2:-2}
 here=$(cd "$(dirname "$0")" && pwd)
 out=${3:-$here/docker-compose.yml}
+if [ "$out" = - ]; then
+  prom_out=${4:-}
+else
+  prom_out=${4:-$(dirname "$out")/prometheus.yml}
+fi
 
 case "$shards$workers" in
   *[!0-9]*) echo "usage: $0 [SHARDS] [WORKERS] [OUTPUT]" >&2; exit 2 ;;
@@ -29,7 +40,7 @@ fi
 
 endpoints=""
 for ((s = 0; s < shards; s++)); do
-  endpoints+="${endpoints:+,}shard-$s:50051"
+  endpoints+="${endpoints:+,}https://shard-$s:50051"
 done
 
 emit() {
@@ -46,6 +57,17 @@ emit() {
 # take a checkpoint every COLONNADE_CHECKPOINT_INTERVAL seconds (default 300)
 # and are restarted when they fail; a restarted shard loads its newest
 # checkpoint, a restarted worker resumes its part from it (docs/deploy.md).
+#
+# Security: every shard serves mutual TLS on :50051 (clients name it
+# https://shard-N:50051 and present the client certificate) and refuses calls
+# without the cluster's bearer token; DropModel needs the admin token. All of
+# them are compose secrets, files in COLONNADE_SECRETS_DIR made by
+# make-secrets.sh (docs/deploy.md says how to rotate them). Health probes use
+# a plaintext port that only answers grpc.health.v1, on the shard's loopback.
+#
+# Metrics: shards serve Prometheus metrics on :9100, workers on :9101; the
+# prometheus service scrapes them (prometheus.yml) and is published on
+# 127.0.0.1:\${COLONNADE_PROMETHEUS_PORT:-9090} of the host.
 #
 # Environment values written as "KEY:" (no value) are passed through from the
 # shell or .env when set there, and left unset (binary default) otherwise.
@@ -65,8 +87,9 @@ x-colonnade: &colonnade
   restart: "no"
 
 x-shard-healthcheck: &shard-healthcheck
-  # \`colonnade health\` asks grpc.health.v1 for colonnade.v1.Shard (no shell in the image).
-  test: ["CMD", "/usr/local/bin/colonnade", "health", "--shards", "127.0.0.1:50051", "--timeout-secs", "2"]
+  # \`colonnade health\` asks grpc.health.v1 for colonnade.v1.Shard (no shell
+  # in the image), on the shard's plaintext health port (loopback only).
+  test: ["CMD", "/usr/local/bin/colonnade", "health", "--shards", "127.0.0.1:50052", "--timeout-secs", "2"]
   interval: 2s
   timeout: 5s
   retries: 30
@@ -84,11 +107,23 @@ EOF
     stop_grace_period: 60s
     environment:
       COLONNADE_LISTEN: 0.0.0.0:50051
+      COLONNADE_HEALTH_LISTEN: 127.0.0.1:50052
+      COLONNADE_METRICS_LISTEN: 0.0.0.0:9100
+      COLONNADE_SHARD_TLS_CERT: /run/secrets/colonnade-shard-cert
+      COLONNADE_SHARD_TLS_KEY: /run/secrets/colonnade-shard-key
+      COLONNADE_SHARD_TLS_CA: /run/secrets/colonnade-ca
+      COLONNADE_AUTH_TOKEN_FILE: /run/secrets/colonnade-token
+      COLONNADE_ADMIN_TOKEN_FILE: /run/secrets/colonnade-admin-token
       COLONNADE_SHARD_DATA_DIR: /state
       COLONNADE_SHARD_THREADS:
       COLONNADE_MAX_MODEL_BYTES:
-      COLONNADE_AUTH_TOKEN:
       RUST_LOG:
+    secrets:
+      - colonnade-ca
+      - colonnade-shard-cert
+      - colonnade-shard-key
+      - colonnade-token
+      - colonnade-admin-token
     volumes:
       - shard-$s-state:/state
     mem_limit: \${COLONNADE_SHARD_MEM_LIMIT:-2g}
@@ -156,8 +191,17 @@ EOF
       COLONNADE_RETRY_TIMEOUT:
       COLONNADE_CALL_TIMEOUT:
       COLONNADE_RESTART:
-      COLONNADE_AUTH_TOKEN:
+      COLONNADE_METRICS_LISTEN: 0.0.0.0:9101
+      COLONNADE_TLS_CA: /run/secrets/colonnade-ca
+      COLONNADE_TLS_CERT: /run/secrets/colonnade-client-cert
+      COLONNADE_TLS_KEY: /run/secrets/colonnade-client-key
+      COLONNADE_AUTH_TOKEN_FILE: /run/secrets/colonnade-token
       RUST_LOG:
+    secrets:
+      - colonnade-ca
+      - colonnade-client-cert
+      - colonnade-client-key
+      - colonnade-token
     volumes:
       - \${COLONNADE_DATA_DIR:-./data}:/data:ro
       - \${COLONNADE_OUT_DIR:-./out}:/out
@@ -188,21 +232,96 @@ EOF
       COLONNADE_EXPORT_OUTPUT_VECTORS:
       COLONNADE_HDF5_COMPRESS:
       COLONNADE_FINGERPRINT:
-      COLONNADE_AUTH_TOKEN:
+      COLONNADE_TLS_CA: /run/secrets/colonnade-ca
+      COLONNADE_TLS_CERT: /run/secrets/colonnade-client-cert
+      COLONNADE_TLS_KEY: /run/secrets/colonnade-client-key
+      COLONNADE_AUTH_TOKEN_FILE: /run/secrets/colonnade-token
       RUST_LOG:
+    secrets:
+      - colonnade-ca
+      - colonnade-client-cert
+      - colonnade-client-key
+      - colonnade-token
     volumes:
       - \${COLONNADE_OUT_DIR:-./out}:/out
     mem_limit: \${COLONNADE_CLIENT_MEM_LIMIT:-2g}
+
+  prometheus:
+    <<: *colonnade
+    # Debian's prometheus on an empty base, built by scripts/build-images.sh.
+    image: \${COLONNADE_PROMETHEUS_IMAGE:-colonnade-prometheus:dev}
+    entrypoint: ["/usr/bin/prometheus"]
+    command:
+      - --config.file=/etc/prometheus/prometheus.yml
+      - --storage.tsdb.path=/prometheus
+      - --storage.tsdb.retention.time=\${COLONNADE_PROMETHEUS_RETENTION:-15d}
+      - --web.listen-address=0.0.0.0:9090
+    restart: unless-stopped
+    volumes:
+      - ./prometheus.yml:/etc/prometheus/prometheus.yml:ro
+      - prometheus-data:/prometheus
+    networks:
+      - colonnade
+      - monitoring
+    ports:
+      - 127.0.0.1:\${COLONNADE_PROMETHEUS_PORT:-9090}:9090
+    mem_limit: \${COLONNADE_PROMETHEUS_MEM_LIMIT:-512m}
 
 networks:
   colonnade:
     # Private: no route out of the cluster, reachable only by its own containers.
     internal: true
+  monitoring:
+    # Prometheus only: its port is published on the host's loopback.
+
+secrets:
+  # Files made by make-secrets.sh (colonnade certs); keys readable by COLONNADE_UID.
+  colonnade-ca:
+    file: \${COLONNADE_SECRETS_DIR:-./secrets}/ca.crt
+  colonnade-shard-cert:
+    file: \${COLONNADE_SECRETS_DIR:-./secrets}/shard.crt
+  colonnade-shard-key:
+    file: \${COLONNADE_SECRETS_DIR:-./secrets}/shard.key
+  colonnade-client-cert:
+    file: \${COLONNADE_SECRETS_DIR:-./secrets}/client.crt
+  colonnade-client-key:
+    file: \${COLONNADE_SECRETS_DIR:-./secrets}/client.key
+  colonnade-token:
+    file: \${COLONNADE_SECRETS_DIR:-./secrets}/token
+  colonnade-admin-token:
+    file: \${COLONNADE_SECRETS_DIR:-./secrets}/admin-token
 
 volumes:
+  prometheus-data:
 EOF
   for ((s = 0; s < shards; s++)); do
     echo "  shard-$s-state:"
+  done
+}
+
+emit_prometheus() {
+  cat <<EOF
+# Prometheus configuration for the compose cluster of $shards shards and $workers workers.
+# GENERATED by deploy/compose/generate.sh $shards $workers -- edit that script, not this file.
+global:
+  scrape_interval: 5s
+  evaluation_interval: 15s
+scrape_configs:
+  - job_name: colonnade-shards
+    static_configs:
+      - targets:
+EOF
+  for ((s = 0; s < shards; s++)); do
+    echo "          - shard-$s:9100"
+  done
+  cat <<EOF
+  - job_name: colonnade-workers
+    # One-shot jobs: each is up while it trains.
+    static_configs:
+      - targets:
+EOF
+  for ((w = 0; w < workers; w++)); do
+    echo "          - worker-$w:9101"
   done
 }
 
@@ -211,4 +330,10 @@ if [ "$out" = - ]; then
 else
   emit >"$out"
   echo "generate.sh: wrote $out ($shards shards, $workers workers)" >&2
+fi
+if [ "$prom_out" = - ]; then
+  emit_prometheus
+elif [ -n "$prom_out" ]; then
+  emit_prometheus >"$prom_out"
+  echo "generate.sh: wrote $prom_out" >&2
 fi
