@@ -33,6 +33,12 @@ the client, see --summary), against the paper's r′ = w·(n+1)·S·4 bytes per
 direction (formula (7), w = pairs/T, n negatives, S shards) and a conventional
 parameter server's (2 + w·n)·d·4 (formula (2)).
 
+What TLS costs: --tls-pairs N runs the separate-process setup N times in
+plaintext and N times with mutual TLS and the bearer token (certificates from
+`colonnade certs`), alternating plaintext, TLS, plaintext, TLS, ... with
+--sweep-iter epochs each, and reports the words/s of every run, each pair's
+ratio TLS/plaintext and the median ratio.
+
 Sweeps (one run per value, all other settings at their defaults, --sweep-iter
 epochs): --minibatch-sweep (embedded, and separate ps-shard processes, where
 the minibatch also sets the number of RPCs), --in-flight-sweep (separate
@@ -116,13 +122,18 @@ def peak_rss_mb(pid: int) -> float | None:
 class Shard:
     """A `ps-shard` child process, optionally pinned to CPUs with taskset."""
 
-    def __init__(self, bin_dir: Path, index: int, port: int, cpus: list[int] | None, threads: int, log_path: Path):
+    def __init__(self, bin_dir: Path, index: int, port: int, cpus: list[int] | None, threads: int, log_path: Path,
+                 secrets: Path | None = None):
         self.index = index
-        self.endpoint = f"127.0.0.1:{port}"
+        listen = f"127.0.0.1:{port}"
+        self.endpoint = f"https://localhost:{port}" if secrets else listen
         self.cmd = []
         if cpus is not None:
             self.cmd += ["taskset", "-c", ",".join(map(str, cpus))]
-        self.cmd += [str(bin_dir / "ps-shard"), "--listen", self.endpoint, "--threads", str(threads)]
+        self.cmd += [str(bin_dir / "ps-shard"), "--listen", listen, "--threads", str(threads)]
+        if secrets:
+            self.cmd += ["--tls-cert", str(secrets / "shard.crt"), "--tls-key", str(secrets / "shard.key"),
+                         "--tls-ca", str(secrets / "ca.crt"), "--auth-token-file", str(secrets / "token")]
         self.log_path = log_path
         self._logf = open(log_path, "wb")
         # taskset execs ps-shard: the pid is the shard's.
@@ -190,9 +201,12 @@ def run_colonnade(
     iters: int,
     flags: list[str] = (),
     bin_dir: Path | None = None,
+    secrets: Path | None = None,
 ) -> dict:
     """One `colonnade train`, with embedded shards or with `separate_shards`
-    ps-shard processes started (and always stopped) here."""
+    ps-shard processes started (and always stopped) here; with `secrets` (a
+    `colonnade certs` directory) the shards serve mutual TLS and want the
+    token, and the client presents both."""
     bin_dir = bin_dir or args.bin_dir
     binary = work / f"{tag}.bin"
     summary = work / f"{tag}.summary.json"
@@ -202,10 +216,15 @@ def run_colonnade(
         if separate_shards is not None:
             for i in range(separate_shards):
                 cpus = [args.cores[i % len(args.cores)]] if args.pin else None
-                shards.append(Shard(bin_dir, i, free_port(), cpus, args.shard_threads, work / f"{tag}.shard{i}.log"))
+                shards.append(Shard(bin_dir, i, free_port(), cpus, args.shard_threads, work / f"{tag}.shard{i}.log",
+                                    secrets))
             if args.pin:
                 client_prefix = ["taskset", "-c", ",".join(map(str, args.cores))]
             shard_flags = ["--shards", ",".join(s.endpoint for s in shards)]
+            if secrets:
+                shard_flags += ["--tls-ca", str(secrets / "ca.crt"), "--tls-cert", str(secrets / "client.crt"),
+                                "--tls-key", str(secrets / "client.key"),
+                                "--auth-token-file", str(secrets / "token")]
             for s in shards:
                 log(f"{tag}: shard {s.index}: {shlex.join(s.cmd)} (pid {s.proc.pid})")
         else:
@@ -457,6 +476,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         "P = 1 is --threads 1 --in-flight 1 --minibatches-per-call 1, P ≥ 2 is --threads 2 "
                         "--in-flight 1 --minibatches-per-call P/2 (quality against parallelism)")
     p.add_argument("--sweep-iter", type=int, default=None, help="epochs of each sweep run (default: --iter)")
+    p.add_argument("--tls-pairs", type=int, default=0,
+                   help="pairs of separate-process runs, plaintext then mutual TLS + token, --sweep-iter epochs each")
     p.add_argument("--colonnade-args", default="", help="extra flags for every `colonnade train`, one string")
     p.add_argument("--json-out", type=Path, default=None,
                    help="result file (default: <repo>/bench/results/throughput-<time>-<corpus>-iter<N>.json; the markdown goes next to it)")
@@ -603,6 +624,21 @@ def main(argv: list[str]) -> int:
             r["sweep_detail"] = f"--threads {threads} --in-flight 1 --minibatches-per-call {per_call}"
             sweeps.append(r)
 
+        if args.tls_pairs:
+            secrets = work / "secrets"
+            subprocess.run([str(args.bin_dir / "colonnade"), "certs", "--out", str(secrets)], check=True,
+                           capture_output=True)
+            for k in range(args.tls_pairs):
+                for tls in (False, True):
+                    name = "TLS" if tls else "plaintext"
+                    r = run_colonnade(args, plain, work, vocab_path, f"sweep-tls-{k}-{name}",
+                                      f"Colonnade, {args.shards} ps-shard processes, {name}",
+                                      separate_shards=args.shards, iters=args.sweep_iter,
+                                      secrets=secrets if tls else None)
+                    r["sweep"], r["sweep_value"], r["sweep_mode"] = "tls", name, "separate"
+                    r["sweep_detail"] = f"pair {k + 1}"
+                    sweeps.append(r)
+
         for r in rows + sweeps:
             log(f"evaluating {r['system']}" + (f" ({r['sweep']} {r['sweep_value']})" if "sweep" in r else ""))
             r["eval"] = evaluate(Path(r["vectors"]), args.eval_dir)
@@ -662,6 +698,21 @@ def main(argv: list[str]) -> int:
                 "'processes' = separate ps-shard processes pinned as above.",
                 "",
                 sweep_table(sweeps),
+            ]
+        tls_runs = [r for r in sweeps if r.get("sweep") == "tls"]
+        if tls_runs:
+            ratios = []
+            for k in range(args.tls_pairs):
+                pair = {r["sweep_value"]: r for r in tls_runs if r["sweep_detail"] == f"pair {k + 1}"}
+                if "TLS" in pair and "plaintext" in pair:
+                    ratios.append(pair["TLS"]["words_per_second"] / pair["plaintext"]["words_per_second"])
+            ratios_sorted = sorted(ratios)
+            median = ratios_sorted[len(ratios_sorted) // 2] if len(ratios_sorted) % 2 else (
+                sum(ratios_sorted[len(ratios_sorted) // 2 - 1: len(ratios_sorted) // 2 + 1]) / 2)
+            out += [
+                "",
+                f"TLS: words/s of mutual TLS + token ÷ plaintext, pair by pair (run in that order): "
+                + ", ".join(f"{x:.3f}" for x in ratios) + f"; median {median:.3f}.",
             ]
         warnings = [f"{r['system']}: {r['warning']}" for r in rows + sweeps if r.get("warning")]
         if warnings:

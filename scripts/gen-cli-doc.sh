@@ -34,7 +34,12 @@ bin=${COLONNADE_BIN_DIR:-target/release}
   echo "ones it still waits for. Before creating the model it logs the memory it needs"
   echo "per shard and in total, and with \`--embedded-shards\` refuses a model larger than"
   echo "the memory this process can get (cgroup limit, else MemAvailable)."
-  for cmd in "colonnade" "colonnade vocab" "colonnade train" "colonnade export" "colonnade health" "colonnade eval" "colonnade similar" "colonnade models" "colonnade models list" "colonnade models drop" "ps-shard" "colonnade-export"; do
+  echo
+  echo "Shards named \`https://host:port\` are reached over TLS (\`--tls-ca\`, and"
+  echo "\`--tls-cert\`/\`--tls-key\` for mutual TLS); every new connection makes one health"
+  echo "check, so a TLS mismatch or an untrusted certificate fails at once with the"
+  echo "shard's name and the reason, rather than being retried."
+  for cmd in "colonnade" "colonnade vocab" "colonnade train" "colonnade export" "colonnade health" "colonnade eval" "colonnade similar" "colonnade models" "colonnade models list" "colonnade models drop" "colonnade certs" "ps-shard" "colonnade-export"; do
     echo
     echo "## \`$cmd\`"
     echo
