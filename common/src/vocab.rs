@@ -280,6 +280,221 @@ impl Vocab {
     }
 }
 
+/// A vocabulary file read entry by entry in id order, holding one line at
+/// a time: for the components that need each word once, in order (the
+/// exporter writing 20M words), or only the counts ([`VocabCounts`]). The
+/// file must be in Colonnade's order (count descending, then bytes
+/// ascending), as `colonnade vocab` and [`Vocab::save`] write it: an entry
+/// out of order is an error naming its line, and when the first line holds
+/// the fingerprint, [`VocabReader::finish`] checks it. Files in another order
+/// (word2vec's `-save-vocab`) load with [`Vocab::load`], which sorts.
+pub struct VocabReader {
+    path: PathBuf,
+    reader: Box<dyn BufRead + Send>,
+    line: Vec<u8>,
+    lineno: u64,
+    /// The previous entry's count and word, for the order check.
+    prev_count: u64,
+    prev_word: Vec<u8>,
+    entries: u64,
+    hasher: Xxh3,
+    /// From the header line: the number of words and the fingerprint.
+    header: Option<(u64, u64)>,
+}
+
+impl VocabReader {
+    /// Opens `path` and reads its header line, if any.
+    pub fn open(path: &Path) -> Result<Self, VocabError> {
+        #[allow(
+            clippy::disallowed_types,
+            clippy::disallowed_methods,
+            reason = "VocabError::Io names the path"
+        )]
+        let file = std::fs::File::open(path).map_err(|source| VocabError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Ok(Self {
+            path: path.to_path_buf(),
+            reader: Box::new(std::io::BufReader::with_capacity(1 << 20, file)),
+            line: Vec::new(),
+            lineno: 0,
+            prev_count: u64::MAX,
+            prev_word: Vec::new(),
+            entries: 0,
+            hasher: Xxh3::new(),
+            header: None,
+        })
+    }
+
+    /// Words and fingerprint the header line announces, once it is read (after
+    /// the first [`VocabReader::next`]).
+    pub fn header(&self) -> Option<(u64, u64)> {
+        self.header
+    }
+
+    fn error(&self, msg: String) -> VocabError {
+        VocabError::Parse {
+            path: self.path.clone(),
+            line: self.lineno,
+            msg,
+        }
+    }
+
+    /// The next entry (word, count), or None at the end of the file.
+    pub fn next_entry(&mut self) -> Result<Option<(&str, u64)>, VocabError> {
+        loop {
+            self.line.clear();
+            let n = self
+                .reader
+                .read_until(b'\n', &mut self.line)
+                .map_err(|source| VocabError::Io {
+                    path: self.path.clone(),
+                    source,
+                })?;
+            if n == 0 {
+                return Ok(None);
+            }
+            self.lineno += 1;
+            let mut raw: &[u8] = &self.line;
+            raw = raw.strip_suffix(b"\n").unwrap_or(raw);
+            raw = raw.strip_suffix(b"\r").unwrap_or(raw);
+            if raw.is_empty() {
+                continue;
+            }
+            if self.lineno == 1 && raw.starts_with(b"# colonnade vocabulary") {
+                self.header = parse_header(raw);
+                continue;
+            }
+            let Some(tab) = raw.iter().position(|&b| b == b'\t') else {
+                return Err(self.error(
+                    "expected `word<TAB>count` (a file in word2vec's `word count` format loads \
+                     whole, with `Vocab::load`)"
+                        .into(),
+                ));
+            };
+            let (word, count) = (&raw[..tab], &raw[tab + 1..]);
+            let word =
+                std::str::from_utf8(word).map_err(|e| self.error(format!("invalid UTF-8: {e}")))?;
+            if word.is_empty() || word.bytes().any(|b| b.is_ascii_whitespace()) {
+                return Err(self.error(format!(
+                    "invalid word {word:?}: empty or contains whitespace the corpus reader splits on"
+                )));
+            }
+            let count: u64 = std::str::from_utf8(count)
+                .ok()
+                .and_then(|c| c.trim().parse().ok())
+                .ok_or_else(|| {
+                    self.error(format!(
+                        "invalid count {:?}",
+                        String::from_utf8_lossy(count)
+                    ))
+                })?;
+            let in_order = count < self.prev_count
+                || (count == self.prev_count && word.as_bytes() > self.prev_word.as_slice());
+            if !in_order {
+                return Err(self.error(format!(
+                    "{word:?} ({count}) is out of order after {:?} ({}): entries must be by count \
+                     descending, then bytes ascending, as `colonnade vocab` writes them",
+                    String::from_utf8_lossy(&self.prev_word),
+                    self.prev_count
+                )));
+            }
+            self.prev_count = count;
+            self.prev_word.clear();
+            self.prev_word.extend_from_slice(word.as_bytes());
+            self.hasher.update(word.as_bytes());
+            self.hasher.update(&[0xff]);
+            self.hasher.update(&count.to_le_bytes());
+            self.entries += 1;
+            let word = std::str::from_utf8(&self.prev_word)
+                .map_err(|e| self.error(format!("invalid UTF-8: {e}")))?;
+            return Ok(Some((word, count)));
+        }
+    }
+
+    /// Ends the reading: the number of entries and the fingerprint of what
+    /// was read, checked against the header's when the whole file was read.
+    pub fn finish(self) -> Result<(u64, u64), VocabError> {
+        let fingerprint = self.hasher.digest();
+        if let Some((words, expected)) = self.header {
+            if words != self.entries || expected != fingerprint {
+                return Err(VocabError::Parse {
+                    path: self.path,
+                    line: 1,
+                    msg: format!(
+                        "the header announces {words} words with fingerprint {expected:016x}, the \
+                         file holds {} with fingerprint {fingerprint:016x}: it was changed after \
+                         it was written",
+                        self.entries
+                    ),
+                });
+            }
+        }
+        Ok((self.entries, fingerprint))
+    }
+}
+
+/// `# colonnade vocabulary v1: ...; N words, fingerprint HEX`.
+fn parse_header(line: &[u8]) -> Option<(u64, u64)> {
+    let line = std::str::from_utf8(line).ok()?;
+    let (_, tail) = line.rsplit_once("; ")?;
+    let (words, fp) = tail.split_once(" words, fingerprint ")?;
+    Some((
+        words.trim().parse().ok()?,
+        u64::from_str_radix(fp.trim(), 16).ok()?,
+    ))
+}
+
+/// A vocabulary's counts in id order and its fingerprint, without its words:
+/// what training needs when the corpus is already word ids (8 bytes a word
+/// rather than a hash map of strings).
+#[derive(Clone, Debug)]
+pub struct VocabCounts {
+    pub counts: Vec<u64>,
+    pub fingerprint: u64,
+}
+
+impl VocabCounts {
+    /// Reads the counts of a vocabulary file in Colonnade's order
+    /// ([`VocabReader`]).
+    pub fn load(path: &Path) -> Result<Self, VocabError> {
+        let mut reader = VocabReader::open(path)?;
+        let mut counts = Vec::new();
+        while let Some((_, c)) = reader.next_entry()? {
+            counts.push(c);
+        }
+        let (entries, fingerprint) = reader.finish()?;
+        if entries < 2 {
+            return Err(VocabError::Parse {
+                path: path.to_path_buf(),
+                line: 0,
+                msg: format!("a vocabulary needs at least 2 words, found {entries}"),
+            });
+        }
+        if u32::try_from(entries).is_err() {
+            return Err(VocabError::TooLarge(entries as usize));
+        }
+        Ok(Self {
+            counts,
+            fingerprint,
+        })
+    }
+
+    /// Σ counts: word2vec's `train_words`.
+    pub fn total_count(&self) -> u64 {
+        self.counts.iter().sum()
+    }
+
+    pub fn len(&self) -> usize {
+        self.counts.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.counts.is_empty()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -350,5 +565,50 @@ mod tests {
         fs_err::write(&p, "a\t1\na\t2\n").expect("write");
         let e = Vocab::load(&p).expect_err("duplicate").to_string();
         assert!(e.contains("duplicate"), "{e}");
+    }
+
+    #[test]
+    fn the_streaming_reader_agrees_with_load_and_checks_order_and_header() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = dir.path().join("v.tsv");
+        let v = Vocab::from_pairs(
+            vec![
+                ("x".into(), 5),
+                ("yé".into(), 7),
+                ("w".into(), 5),
+                ("#tag".into(), 1),
+            ],
+            None,
+        )
+        .expect("valid");
+        v.save(&p).expect("save");
+        let mut r = VocabReader::open(&p).expect("open");
+        let mut read = Vec::new();
+        while let Some((w, c)) = r.next_entry().expect("entry") {
+            read.push((w.to_string(), c));
+        }
+        assert_eq!(r.header(), Some((4, v.fingerprint())));
+        assert_eq!(r.finish().expect("finish"), (4, v.fingerprint()));
+        let words: Vec<&str> = read.iter().map(|(w, _)| w.as_str()).collect();
+        assert_eq!(words, v.words());
+        let counts = VocabCounts::load(&p).expect("counts");
+        assert_eq!(counts.counts, v.counts());
+        assert_eq!(counts.fingerprint, v.fingerprint());
+        assert_eq!(counts.total_count(), 18);
+
+        // Out of order: named with its line.
+        fs_err::write(&p, "a\t3\nb\t4\n").expect("write");
+        let e = VocabCounts::load(&p).expect_err("order").to_string();
+        assert!(e.contains("v.tsv:2") && e.contains("out of order"), "{e}");
+        fs_err::write(&p, "b\t3\na\t3\n").expect("write");
+        assert!(VocabCounts::load(&p).is_err(), "ties by bytes ascending");
+        // Edited after it was written: the header's fingerprint says so.
+        v.save(&p).expect("save");
+        let edited = fs_err::read_to_string(&p)
+            .expect("read")
+            .replace("#tag\t1", "#tag\t2");
+        fs_err::write(&p, edited).expect("write");
+        let e = VocabCounts::load(&p).expect_err("edited").to_string();
+        assert!(e.contains("changed after"), "{e}");
     }
 }
