@@ -86,6 +86,7 @@ struct Args {
 }
 
 fn main() -> std::process::ExitCode {
+    colonnade_ps_shard::hogwild::map_large_blocks();
     colonnade_common::config::unset_empty_env();
     let args = Args::parse();
     colonnade_common::config::init_logging(args.log.log_format);

@@ -71,6 +71,9 @@ impl Model {
         }
         let sampler = AliasSampler::new(&counts, f64::from(spec.model.sampling_power))
             .map_err(|e| invalid(format!("field `counts`: {e}")))?;
+        // The sampler's work arrays are freed: out of the RSS before the
+        // matrices come in.
+        crate::hogwild::release_freed_heap();
         let rows = counts.len();
         let cols = spec.cols();
         let (seed, dim, col_start) = (spec.model.init_seed, spec.model.dim, spec.col_start);

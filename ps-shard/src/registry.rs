@@ -109,14 +109,14 @@ impl ShardCore {
     /// model with the same columns (its trained state is kept).
     pub fn create_model(&self, spec: ShardSpec, counts: &[u64]) -> Result<Created, ShardError> {
         let admission = self.admit(&spec)?;
-        self.create_admitted(spec, counts, admission)
+        self.create_admitted(spec, counts.into(), admission)
     }
 
     /// [`ShardCore::create_model`] for a spec [`ShardCore::admit`] admitted.
     pub fn create_admitted(
         &self,
         spec: ShardSpec,
-        counts: &[u64],
+        counts: Arc<[u64]>,
         admission: Admission,
     ) -> Result<Created, ShardError> {
         let fingerprint = spec.model.fingerprint();
@@ -124,7 +124,7 @@ impl ShardCore {
             Admission::Existing(created) => return Ok(created),
             Admission::New(r) => r,
         };
-        let model = Arc::new(Model::new(spec.clone(), counts)?);
+        let model = Arc::new(Model::initial(spec.clone(), counts, 0)?);
         match self.models.entry(fingerprint) {
             Entry::Occupied(e) => attach(e.get(), &spec),
             Entry::Vacant(e) => {

@@ -383,7 +383,8 @@ impl Shard for ShardService {
         }
         // Size limits and spec checks before a single count is buffered.
         let admission = self.core.admit(&spec).map_err(Status::from)?;
-        let mut counts: Vec<u64> = Vec::new();
+        // Admitted: the budget holds vocab_size counts.
+        let mut counts: Vec<u64> = Vec::with_capacity(usize::try_from(vocab).unwrap_or(0));
         let mut chunk = Some(first);
         while let Some(c) = chunk {
             if c.counts_offset != counts.len() as u64 {
@@ -404,7 +405,13 @@ impl Shard for ShardService {
         }
         let core = Arc::clone(&self.core);
         let created = self
-            .blocking(move |_| core.create_admitted(spec, &counts, admission))
+            .blocking(move |_| {
+                let counts: Arc<[u64]> = counts.into();
+                let created = core.create_admitted(spec, counts, admission);
+                // The received chunks and counts are freed by now.
+                crate::hogwild::release_freed_heap();
+                created
+            })
             .await?;
         tracing::info!(
             fingerprint = format!("{:016x}", created.fingerprint),

@@ -401,13 +401,16 @@ async fn health_says_not_serving_while_the_compute_threads_do_not_answer() {
     let health = free_addr();
     let shard = Shard::start_with(&["--health-listen", &health, "--health-stall-secs", "0.5"]);
     let mut c = shard.client(Duration::from_secs(30)).await;
-    let fp = create(&mut c, spec(100_000, 200, 5))
+    // Wide rows: a call's compute (~1 s on one thread at 2,000 dims) is
+    // long against the time its request takes to arrive, so that calls
+    // queue on the one compute thread whatever the machine's speed.
+    let fp = create(&mut c, spec(10_000, 2_000, 5))
         .await
         .expect("a model within the budget");
     // Several seconds of work queued on the one compute thread: calls of
     // 3.6M dot products each, sent at once.
-    let big: Vec<u32> = (0..600_000u32).map(|i| (i * 7) % 100_000).collect();
-    let calls: Vec<_> = (0..16u64)
+    let big: Vec<u32> = (0..600_000u32).map(|i| (i * 7) % 10_000).collect();
+    let calls: Vec<_> = (0..6u64)
         .map(|k| {
             let mut c = c.clone();
             let mut b = pairs(fp, &big, 0.025);
@@ -438,7 +441,9 @@ async fn health_says_not_serving_while_the_compute_threads_do_not_answer() {
     let stalled = seen.iter().position(|s| *s == not_serving);
     assert!(
         stalled.is_some_and(|i| seen[..i].contains(&serving) && seen[i..].contains(&serving)),
-        "health went {seen:?}: expected SERVING, NOT_SERVING while the calls queued, SERVING again"
+        "health went {seen:?}: expected SERVING, NOT_SERVING while the calls queued, SERVING \
+         again; shard log:\n{}",
+        shard.log()
     );
     assert!(
         shard.log().contains("compute threads have not answered"),

@@ -165,10 +165,10 @@ def test_settings_asking_too_much_of_a_shard_per_call_are_refused_before_trainin
 def test_shard_dying_during_training_fails_the_run_naming_it(corpus_100k, shard_launcher, tmp_path):
     endpoints = shard_launcher.start(2)
     out = tmp_path / "m.h5"
-    # 20 epochs of 100K words: far longer than the 1.5 s before the shard is killed.
+    # 300 epochs of 100K words: far longer than the 1.5 s before the shard is killed.
     # The client retries a lost shard (it may come back) for --retry-timeout,
     # then fails naming it.
-    args = [str(a) for a in train_args(corpus_100k, shards=",".join(endpoints), size=8, iter=20,
+    args = [str(a) for a in train_args(corpus_100k, shards=",".join(endpoints), size=8, iter=300,
                                         output=out, connect_timeout_secs=5, retry_timeout=3)]
     proc = subprocess.Popen(args, env=clean_env(), stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
