@@ -19,9 +19,9 @@ fn main() -> anyhow::Result<()> {
     let mut args = std::env::args().skip(1);
     let usage = "usage: stream_rate CORPUS VOCAB [ITER]";
     let corpus = PathBuf::from(args.next().ok_or_else(|| anyhow::anyhow!(usage))?);
-    let vocab = Vocab::load(&PathBuf::from(
+    let vocab = Arc::new(Vocab::load(&PathBuf::from(
         args.next().ok_or_else(|| anyhow::anyhow!(usage))?,
-    ))?;
+    ))?);
     let iter: u32 = args.next().map_or(Ok(1), |s| s.parse())?;
     let total = vocab.total_count();
     let keep: Arc<[u32]> = vocab
@@ -35,7 +35,7 @@ fn main() -> anyhow::Result<()> {
     };
     let former = BatchFormer::new(keep, 5, 256, 1, 0, schedule);
     let params = StreamParams {
-        source: colonnade_client::stream::Source::Text(vec![corpus]),
+        source: colonnade_client::stream::Source::Text(vec![corpus], Arc::clone(&vocab)),
         iter,
         worker_index: 0,
         num_workers: 1,
@@ -45,7 +45,7 @@ fn main() -> anyhow::Result<()> {
     };
     let (mut tokens, mut minibatches) = (0u64, 0u64);
     let start = Instant::now();
-    form_minibatches(&params, &vocab, former, |job| {
+    form_minibatches(&params, former, |job| {
         tokens += job.tokens;
         minibatches += job.minibatches.len() as u64;
         true

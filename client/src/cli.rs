@@ -12,7 +12,9 @@ use crate::train::{report, train, NoCheckpoints, Progress, Tracker, TrainParams,
 use anyhow::{bail, Context};
 use clap::{Args, Parser, Subcommand};
 use colonnade_common::corpus::{InvalidUtf8, DEFAULT_MAX_SENTENCE};
-use colonnade_common::vocab::{Counter, Vocab};
+use colonnade_common::count::CountOptions;
+use colonnade_common::vocab::{Vocab, VocabCounts, VocabWriter};
+use colonnade_common::words::WordTable;
 use colonnade_exporter::cli::{ExportArgs, OutputArgs};
 use colonnade_exporter::outputs::{check_outputs, FlagPath};
 use colonnade_exporter::{export, ShardHandle};
@@ -60,6 +62,12 @@ pub enum Command {
     /// Make a cluster's secrets: a private CA, the shards' and clients'
     /// certificates, and the bearer token (files, and a Kubernetes Secret).
     Certs(crate::certs::CertsArgs),
+    /// Turn a text corpus into word ids of a vocabulary, in parts, once:
+    /// workers then read their own parts and hold no word map.
+    Encode(crate::encode::EncodeArgs),
+    /// Write a synthetic large-vocabulary corpus: a Zipf head, a long rare
+    /// tail, and planted groups of co-occurring words (`eval --groups`).
+    Synth(crate::synth::SynthArgs),
 }
 
 #[derive(Args, Debug)]
@@ -80,6 +88,35 @@ pub struct VocabArgs {
     /// What to do with a sentence holding invalid UTF-8: skip it or abort.
     #[arg(long, env = "COLONNADE_INVALID_UTF8", value_enum, default_value_t = InvalidUtf8Arg::Skip, long_help = INVALID_UTF8_HELP)]
     pub invalid_utf8: InvalidUtf8Arg,
+    #[command(flatten)]
+    pub count: CountArgs,
+}
+
+/// How a corpus is counted: threads, memory, where the spills go.
+#[derive(Args, Debug, Clone)]
+pub struct CountArgs {
+    /// Memory the counting tables may take (e.g. 4G, 512M; binary units).
+    /// Past it, sorted runs of counts are spilled to --spill-dir and merged
+    /// at the end: the counts stay exact. Default: half the memory this
+    /// process may use (its cgroup's limit, else the machine's).
+    #[arg(long, env = "COLONNADE_MEMORY_BUDGET", value_parser = parse_bytes)]
+    pub memory_budget: Option<u64>,
+    /// Directory for the spilled runs (a temporary directory is made in it
+    /// and removed at the end). Default: the system's temporary directory.
+    #[arg(long, env = "COLONNADE_SPILL_DIR")]
+    pub spill_dir: Option<PathBuf>,
+    /// Counting threads (the corpus is read on one more). Default: the
+    /// available cores.
+    #[arg(long, env = "COLONNADE_THREADS")]
+    pub threads: Option<usize>,
+}
+
+/// A size in bytes: `4G`, `512MiB`, `1.5G`, `1000000` (K, M, G, T are 1024-based).
+pub fn parse_bytes(s: &str) -> Result<u64, String> {
+    parse_size::Config::new()
+        .with_binary()
+        .parse_size(s)
+        .map_err(|e| format!("{e} (e.g. 4G, 512M, 1000000)"))
 }
 
 const INVALID_UTF8_HELP: &str = "What to do with a sentence (a line, or a 10,000-token \
@@ -111,8 +148,14 @@ impl From<InvalidUtf8Arg> for InvalidUtf8 {
 pub struct TrainArgs {
     /// Corpus files: whitespace-separated UTF-8 tokens, plain or compressed
     /// with gzip, xz, zstd or bzip2 (detected from the content).
-    #[arg(long, env = "COLONNADE_CORPUS", value_delimiter = ',', num_args = 1.., required_unless_present = "graph")]
+    #[arg(long, env = "COLONNADE_CORPUS", value_delimiter = ',', num_args = 1.., required_unless_present_any = ["graph", "encoded"])]
     pub corpus: Vec<PathBuf>,
+    /// Train on an encoded corpus (`colonnade encode`): word ids of the
+    /// --vocab it was made with, in parts; worker i of --num-workers M
+    /// reads parts i, i+M, ... only, and holds no word map. With one worker
+    /// it trains exactly as the text it was made from.
+    #[arg(long, env = "COLONNADE_ENCODED", conflicts_with_all = ["corpus", "graph"], requires = "vocab")]
+    pub encoded: Option<PathBuf>,
     #[command(flatten)]
     pub graph: GraphArgs,
     /// Run this many shards inside this process. Training calls them
@@ -362,7 +405,8 @@ fn graph_source(
     if let Some(out) = &g.save_walks {
         save_walks(&source, out)?;
     }
-    Ok((vocab, Source::Walks(source)))
+    let counts = vocab.counts_only();
+    Ok((vocab, Source::Walks(source, counts)))
 }
 
 /// Writes the first epoch's walks, one per line, node ids by name.
@@ -403,16 +447,24 @@ pub fn run_vocab(args: &VocabArgs) -> anyhow::Result<()> {
         .map(|p| FlagPath::new("--corpus", p))
         .collect();
     check_outputs(&inputs, &[FlagPath::new("--output", &args.output)])?;
-    let (vocab, _) = count_vocab(
-        &args.corpus,
-        args.min_count,
-        args.max_vocab,
-        args.invalid_utf8.into(),
-    )?;
-    vocab.save(&args.output)?;
+    let counted = count_corpus(&args.corpus, &args.count, args.invalid_utf8.into())?;
+    let (tokens, spills) = (counted.tokens, counted.spills);
+    let mut writer = VocabWriter::create(&args.output)?;
+    let stats = counted.vocabulary(args.min_count, args.max_vocab, |w, c| {
+        writer.push(w, c).map_err(|e| e.to_string())
+    })?;
+    if stats.kept < 2 {
+        return Err(too_few_words(stats.kept, stats.distinct, args.min_count));
+    }
+    let (words, fingerprint) = writer.finish()?;
     tracing::info!(
-        words = vocab.len(),
-        fingerprint = format!("{:016x}", vocab.fingerprint()),
+        tokens,
+        distinct = stats.distinct,
+        words,
+        min_count = args.min_count,
+        spills,
+        sort_spills = stats.sort_spills,
+        fingerprint = format!("{fingerprint:016x}"),
         seconds = start.elapsed().as_secs_f64(),
         file = %args.output.display(),
         "vocabulary written"
@@ -420,37 +472,107 @@ pub fn run_vocab(args: &VocabArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Counts the corpus; returns the vocabulary and the corpus's token count.
-fn count_vocab(
+/// Counts the corpus in the memory budget of `count`, showing progress: a
+/// spinner on a terminal, a log line every 10 s otherwise.
+fn count_corpus(
     corpus: &[PathBuf],
-    min_count: u64,
-    max_vocab: Option<usize>,
+    count: &CountArgs,
     invalid_utf8: InvalidUtf8,
-) -> anyhow::Result<(Vocab, u64)> {
-    let mut counter = Counter::new(invalid_utf8);
-    counter.count_files(corpus)?;
-    let (tokens, distinct) = (counter.tokens, counter.distinct());
-    let skipped = counter.skipped_sentences;
+) -> anyhow::Result<colonnade_common::count::Counted> {
+    let budget = count
+        .memory_budget
+        .unwrap_or_else(|| available_memory().map_or(2 << 30, |(bytes, _)| bytes / 2));
+    let options = CountOptions {
+        threads: count.threads.unwrap_or_else(available_threads).max(1),
+        memory_budget: budget,
+        spill_dir: count.spill_dir.clone(),
+        invalid_utf8,
+        max_sentence: DEFAULT_MAX_SENTENCE,
+    };
+    tracing::info!(
+        threads = options.threads,
+        memory_budget = %human_bytes(budget),
+        "counting the corpus"
+    );
+    let start = Instant::now();
+    let bar = colonnade_common::config::log_colours().then(|| {
+        let bar = indicatif::ProgressBar::new_spinner();
+        bar.enable_steady_tick(Duration::from_millis(200));
+        bar
+    });
+    let mut last_log = Instant::now();
+    let counted = colonnade_common::count::count(corpus, &options, |p| {
+        let rate = p.tokens as f64 / start.elapsed().as_secs_f64().max(1e-9);
+        let msg = format!("counting: {} tokens, {rate:.0} tokens/s", p.tokens);
+        match &bar {
+            Some(bar) => bar.set_message(msg),
+            None if last_log.elapsed() >= Duration::from_secs(10) => {
+                last_log = Instant::now();
+                tracing::info!("{msg}");
+            }
+            None => {}
+        }
+    })?;
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+    let skipped = counted.skipped_sentences;
     if skipped > 0 {
         tracing::warn!(
             "skipped {skipped} sentence(s) holding invalid UTF-8 while counting the corpus: \
              their words are not counted (or trained); --invalid-utf8 abort stops at the first instead"
         );
     }
-    let vocab = counter.into_vocab(min_count, max_vocab)?;
+    tracing::info!(
+        tokens = counted.tokens,
+        spills = counted.spills,
+        tables = %human_bytes(counted.table_bytes()),
+        seconds = format!("{:.1}", start.elapsed().as_secs_f64()),
+        "corpus counted"
+    );
+    Ok(counted)
+}
+
+/// Counts the corpus; returns the vocabulary and the corpus's token count.
+/// The error for a vocabulary of fewer than 2 words after `--min-count`.
+fn too_few_words(kept: u64, distinct: u64, min_count: u64) -> anyhow::Error {
+    let what = if kept == 0 {
+        "is empty".to_owned()
+    } else {
+        format!("has {kept} word")
+    };
+    anyhow::anyhow!(
+        "the vocabulary {what} after applying min-count {min_count} (the corpus has {distinct} \
+         distinct words); training needs at least 2: lower --min-count or give a larger corpus"
+    )
+}
+
+fn count_vocab(
+    corpus: &[PathBuf],
+    min_count: u64,
+    max_vocab: Option<usize>,
+    invalid_utf8: InvalidUtf8,
+    count: &CountArgs,
+) -> anyhow::Result<(Vocab, u64)> {
+    let counted = count_corpus(corpus, count, invalid_utf8)?;
+    let tokens = counted.tokens;
+    let mut words = WordTable::default();
+    let mut counts = Vec::new();
+    let stats = counted.vocabulary(min_count, max_vocab, |w, c| {
+        let _ = words.push(w);
+        counts.push(c);
+        Ok(())
+    })?;
+    let vocab = Vocab::from_ordered(words, counts)?;
     if vocab.len() < 2 {
-        bail!(
-            "the vocabulary has {} word(s) with min-count {min_count}; training needs at least 2",
-            vocab.len()
-        );
+        return Err(too_few_words(vocab.len() as u64, stats.distinct, min_count));
     }
     tracing::info!(
         tokens,
-        distinct,
+        distinct = stats.distinct,
         kept = vocab.len(),
         min_count,
-        invalid_utf8_sentences_skipped = skipped,
-        "corpus counted"
+        "vocabulary built"
     );
     Ok((vocab, tokens))
 }
@@ -487,8 +609,11 @@ pub async fn run_train(args: TrainArgs) -> anyhow::Result<TrainSummary> {
     // Everything that can be checked without reading the corpus is checked
     // first: flags, corpus files, outputs, then the running shards.
     validate(&args)?;
-    if args.graph.graph.is_none() {
+    if args.graph.graph.is_none() && args.encoded.is_none() {
         check_corpus(&args.corpus, args.vocab.is_some(), args.iter)?;
+    }
+    if let Some(dir) = &args.encoded {
+        crate::encode::check_workers(dir, args.num_workers)?;
     }
     check_train_outputs(&args)?;
     let timeout = Duration::from_secs(args.connect_timeout_secs);
@@ -497,33 +622,56 @@ pub async fn run_train(args: TrainArgs) -> anyhow::Result<TrainSummary> {
     } else {
         Vec::new()
     };
-    let (vocab, source) = match (&args.graph.graph, &args.vocab) {
-        (Some(graph), _) => tokio::task::block_in_place(|| {
-            graph_source(
-                graph,
-                &args.graph,
-                args.seed,
-                args.min_count(),
-                args.max_vocab,
-            )
-        })?,
-        (None, Some(path)) => (Vocab::load(path)?, Source::Text(args.corpus.clone())),
-        (None, None) => {
-            let (vocab, _) = tokio::task::block_in_place(|| {
-                count_vocab(
-                    &args.corpus,
-                    args.min_count(),
-                    args.max_vocab,
-                    args.invalid_utf8.into(),
-                )
-            })?;
-            (vocab, Source::Text(args.corpus.clone()))
-        }
-    };
-    if let Some(path) = &args.save_vocab {
-        vocab.save(path)?;
+    // The words (None for an encoded corpus: training needs only counts),
+    // the counts and what the sentences come from.
+    let (words, source): (Option<Arc<Vocab>>, Source) =
+        match (&args.graph.graph, &args.encoded, &args.vocab) {
+            (Some(graph), _, _) => {
+                let (vocab, source) = tokio::task::block_in_place(|| {
+                    graph_source(
+                        graph,
+                        &args.graph,
+                        args.seed,
+                        args.min_count(),
+                        args.max_vocab,
+                    )
+                })?;
+                (Some(Arc::new(vocab)), source)
+            }
+            (None, Some(dir), Some(path)) => {
+                let counts = Arc::new(VocabCounts::load(path)?);
+                let encoded = crate::encode::open_for_training(dir, &counts)?;
+                (None, Source::Encoded(encoded, counts))
+            }
+            (None, _, Some(path)) => {
+                let vocab = Arc::new(tokio::task::block_in_place(|| Vocab::load(path))?);
+                let source = Source::Text(args.corpus.clone(), Arc::clone(&vocab));
+                (Some(vocab), source)
+            }
+            (None, _, None) => {
+                let count = CountArgs {
+                    memory_budget: None,
+                    spill_dir: None,
+                    threads: args.threads,
+                };
+                let (vocab, _) = tokio::task::block_in_place(|| {
+                    count_vocab(
+                        &args.corpus,
+                        args.min_count(),
+                        args.max_vocab,
+                        args.invalid_utf8.into(),
+                        &count,
+                    )
+                })?;
+                let vocab = Arc::new(vocab);
+                let source = Source::Text(args.corpus.clone(), Arc::clone(&vocab));
+                (Some(vocab), source)
+            }
+        };
+    if let (Some(path), Some(words)) = (&args.save_vocab, &words) {
+        words.save(path)?;
     }
-    let vocab = Arc::new(vocab);
+    let vocab = source.counts();
     let mut spec = model_spec(
         &vocab,
         args.size,
@@ -591,7 +739,10 @@ pub async fn run_train(args: TrainArgs) -> anyhow::Result<TrainSummary> {
     }
     // In-vocabulary words this worker reads over all epochs: what the
     // progress display counts (out-of-vocabulary tokens are not in it).
-    let expected = u64::from(args.iter) * vocab.total_count() / args.num_workers;
+    let expected = u64::from(args.iter)
+        * source
+            .words_of(args.worker_index, args.num_workers)
+            .unwrap_or(vocab.total_count() / args.num_workers);
     let reporter = tokio::spawn(report(
         Arc::clone(&progress),
         expected,
@@ -672,10 +823,16 @@ pub async fn run_train(args: TrainArgs) -> anyhow::Result<TrainSummary> {
             &summary,
             endpoints.len(),
         );
+        // An encoded corpus trained without the words: read them now.
+        let words = match (words, &args.vocab) {
+            (Some(w), _) => w,
+            (None, Some(path)) => Arc::new(tokio::task::block_in_place(|| Vocab::load(path))?),
+            (None, None) => bail!("no vocabulary to export the words of"),
+        };
         let out = export(
             &mut handles,
             fingerprint,
-            &vocab,
+            &words,
             args.size,
             &args.out,
             &provenance,
@@ -902,7 +1059,7 @@ async fn train_over_grpc(
 async fn create_retrying(
     shards: &[GrpcShard],
     spec: &colonnade_common::model::ModelSpec,
-    vocab: &Vocab,
+    vocab: &Arc<VocabCounts>,
     retry_secs: u64,
 ) -> anyhow::Result<u64> {
     let deadline = Instant::now() + Duration::from_secs(retry_secs);

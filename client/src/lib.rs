@@ -14,10 +14,12 @@
 
 pub mod certs;
 pub mod cli;
+pub mod encode;
 pub mod health;
 pub mod models;
 pub mod preflight;
 pub mod recovery;
 pub mod shards;
 pub mod stream;
+pub mod synth;
 pub mod train;

@@ -31,6 +31,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             }
             Command::Models(args) => colonnade_client::models::run(args).await,
             Command::Certs(args) => colonnade_client::certs::run(&args),
+            Command::Synth(args) => {
+                tokio::task::block_in_place(|| colonnade_client::synth::run(&args))
+            }
+            Command::Encode(args) => {
+                tokio::task::block_in_place(|| colonnade_client::encode::run(&args))
+            }
         }
     })
 }

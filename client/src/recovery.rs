@@ -16,7 +16,7 @@ use crate::shards::{create_model, GrpcShard};
 use crate::train::{Checkpointer, Position};
 use anyhow::{bail, Context};
 use colonnade_common::model::ModelSpec;
-use colonnade_common::vocab::Vocab;
+use colonnade_common::vocab::VocabCounts;
 use colonnade_proto::v1::{CheckpointRequest, ModelStatus, RestoreRequest, StatusRequest};
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -31,7 +31,7 @@ const CONTROL_TIMEOUT: Duration = Duration::from_secs(20);
 pub struct Cluster {
     pub shards: Vec<GrpcShard>,
     pub spec: ModelSpec,
-    pub vocab: Arc<Vocab>,
+    pub vocab: Arc<VocabCounts>,
     pub fingerprint: u64,
     pub worker: u64,
     pub num_workers: u64,

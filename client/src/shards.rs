@@ -6,7 +6,7 @@
 
 use anyhow::{bail, Context};
 use colonnade_common::model::{column_range, ModelSpec};
-use colonnade_common::vocab::Vocab;
+use colonnade_common::vocab::VocabCounts;
 use colonnade_proto::v1::{self, AdjustRequest, CreateModelChunk, DotprodRequest};
 use colonnade_proto::ShardClient;
 use colonnade_proto::{
@@ -430,7 +430,7 @@ impl EmbeddedCluster {
 
 /// The model spec the client derives from its vocabulary and flags.
 pub fn model_spec(
-    vocab: &Vocab,
+    vocab: &VocabCounts,
     dim: u32,
     negative: u32,
     sampling_power: f32,
@@ -447,51 +447,56 @@ pub fn model_spec(
     }
 }
 
-/// Creates (or attaches to) the model on every shard, shard i holding columns
-/// `column_range(dim, S, i)`; checks every shard reports the expected fingerprint.
+/// Creates (or attaches to) the model on every shard at once, shard i
+/// holding columns `column_range(dim, S, i)`, the counts streamed in chunks
+/// of [`COUNTS_PER_CHUNK`] as they are sent; checks every shard reports the
+/// expected fingerprint.
 pub async fn create_model(
     shards: &[GrpcShard],
     spec: &ModelSpec,
-    vocab: &Vocab,
+    vocab: &Arc<VocabCounts>,
 ) -> anyhow::Result<u64> {
     if spec.dim < shards.len() as u32 {
         bail!("--size {} is smaller than the number of shards ({}): every shard needs at least one column", spec.dim, shards.len());
     }
     let expected = spec.fingerprint();
-    let mut existed = Vec::new();
-    for (i, shard) in shards.iter().enumerate() {
+    let created = futures::future::join_all(shards.iter().enumerate().map(|(i, shard)| {
         let cols = column_range(spec.dim, shards.len() as u32, i as u32);
         let shard_spec = ShardSpec {
             model: spec.clone(),
             col_start: cols.start,
             col_end: cols.end,
         };
-        let mut chunks: Vec<CreateModelChunk> = vocab
-            .counts()
-            .chunks(COUNTS_PER_CHUNK)
-            .enumerate()
-            .map(|(k, c)| CreateModelChunk {
-                spec: None,
-                counts_offset: (k * COUNTS_PER_CHUNK) as u64,
-                counts: encode_u64(c),
-            })
-            .collect();
-        if let Some(first) = chunks.first_mut() {
-            first.spec = Some(v1::ModelSpec::from(&shard_spec));
+        let vocab = Arc::clone(vocab);
+        let n_chunks = vocab.counts.len().div_ceil(COUNTS_PER_CHUNK);
+        let chunks = futures::stream::iter((0..n_chunks).map(move |k| {
+            let start = k * COUNTS_PER_CHUNK;
+            let end = (start + COUNTS_PER_CHUNK).min(vocab.counts.len());
+            CreateModelChunk {
+                spec: (k == 0).then(|| v1::ModelSpec::from(&shard_spec)),
+                counts_offset: start as u64,
+                counts: encode_u64(&vocab.counts[start..end]),
+            }
+        }));
+        let mut client = shard.client.clone();
+        async move {
+            client
+                .create_model(chunks)
+                .await
+                .map(tonic::Response::into_inner)
+                .with_context(|| {
+                    format!(
+                        "shard {} (shard {i} of {}): create model failed",
+                        shard.endpoint,
+                        shards.len()
+                    )
+                })
         }
-        let resp = shard
-            .client
-            .clone()
-            .create_model(futures::stream::iter(chunks))
-            .await
-            .map(tonic::Response::into_inner)
-            .with_context(|| {
-                format!(
-                    "shard {} (shard {i} of {}): create model failed",
-                    shard.endpoint,
-                    shards.len()
-                )
-            })?;
+    }))
+    .await;
+    let mut existed = Vec::new();
+    for (shard, resp) in shards.iter().zip(created) {
+        let resp = resp?;
         if resp.model_fingerprint != expected {
             bail!(
                 "shard {} reports model fingerprint {:016x}, this client computes {expected:016x}: client and shard disagree on the model",

@@ -23,9 +23,10 @@
 //! minibatch is complete.
 
 use colonnade_common::corpus::{InvalidUtf8, SentenceReader, INVALID_UTF8_WARNINGS};
+use colonnade_common::encoded::{Manifest, PartReader};
 use colonnade_common::seeds::{self, derive, Purpose};
 use colonnade_common::sgns::learning_rate;
-use colonnade_common::vocab::Vocab;
+use colonnade_common::vocab::{Vocab, VocabCounts};
 use colonnade_graph::walk::{WalkParams, Walks};
 use colonnade_graph::Graph;
 use colonnade_proto::domain::Segment;
@@ -225,13 +226,43 @@ pub struct Job {
     pub trained_words: u64,
 }
 
-/// What a worker's sentences come from.
+/// What a worker's sentences come from, with the vocabulary's counts.
 #[derive(Clone)]
 pub enum Source {
-    /// Text corpus files, read in order every epoch.
-    Text(Vec<PathBuf>),
+    /// Text corpus files, read in order every epoch, and the vocabulary
+    /// that maps their words to ids.
+    Text(Vec<PathBuf>, Arc<Vocab>),
     /// Random walks over a graph, generated from the run seed.
-    Walks(Arc<GraphSource>),
+    Walks(Arc<GraphSource>, Arc<VocabCounts>),
+    /// An encoded corpus: word ids already, in parts.
+    Encoded(Arc<EncodedSource>, Arc<VocabCounts>),
+}
+
+impl Source {
+    /// The vocabulary's counts and fingerprint.
+    pub fn counts(&self) -> Arc<VocabCounts> {
+        match self {
+            Self::Text(_, vocab) => vocab.counts_only(),
+            Self::Walks(_, counts) | Self::Encoded(_, counts) => Arc::clone(counts),
+        }
+    }
+
+    /// The in-vocabulary words one epoch gives worker `worker` of
+    /// `workers`, where the source knows it (an encoded corpus).
+    pub fn words_of(&self, worker: u64, workers: u64) -> Option<u64> {
+        match self {
+            Self::Encoded(e, _) => {
+                Some(e.manifest.parts_of(worker, workers).map(|p| p.words).sum())
+            }
+            _ => None,
+        }
+    }
+}
+
+/// An encoded corpus: its directory and manifest.
+pub struct EncodedSource {
+    pub dir: PathBuf,
+    pub manifest: Manifest,
 }
 
 /// A graph, its walks, and each node's vocabulary id.
@@ -343,7 +374,6 @@ impl<F: FnMut(Job) -> bool> Jobs<'_, F> {
 /// logs them).
 pub fn form_minibatches(
     p: &StreamParams,
-    vocab: &Vocab,
     former: BatchFormer,
     mut send: impl FnMut(Job) -> bool,
 ) -> anyhow::Result<u64> {
@@ -360,7 +390,7 @@ pub fn form_minibatches(
     let mut ids = Vec::new();
     for epoch in 0..u64::from(p.iter) {
         match &p.source {
-            Source::Text(corpus) => {
+            Source::Text(corpus, vocab) => {
                 let mut sentence = 0u64;
                 for path in corpus {
                     let warnings = if epoch == 0 {
@@ -388,7 +418,20 @@ pub fn form_minibatches(
                     }
                 }
             }
-            Source::Walks(g) => {
+            Source::Encoded(e, counts) => {
+                let words = counts.counts.len() as u64;
+                for part in e.manifest.parts_of(p.worker_index, p.num_workers) {
+                    let mut reader = PartReader::open(&e.dir, part, words)?;
+                    let mut index = part.first_sentence;
+                    while let Some(tokens) = reader.next_sentence(&mut ids)? {
+                        if !jobs.add(epoch, index, tokens as usize, &ids)? {
+                            return Ok(skipped);
+                        }
+                        index += 1;
+                    }
+                }
+            }
+            Source::Walks(g, _) => {
                 let go_on = g.walks().for_each(epoch, mine, |index, walk| {
                     ids.clear();
                     ids.extend(

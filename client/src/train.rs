@@ -11,7 +11,7 @@ use anyhow::{bail, Context};
 use colonnade_common::corpus::InvalidUtf8;
 use colonnade_common::kernels::dot;
 use colonnade_common::sgns::{keep_threshold, neg_log_sigmoid};
-use colonnade_common::vocab::Vocab;
+use colonnade_common::vocab::VocabCounts;
 use colonnade_proto::{scaled_weight, Minibatch, MinibatchId, ModelShards, DIVERGED_DOT};
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -315,7 +315,7 @@ pub struct TrainSummary {
 /// fails); `checkpointer` takes checkpoints while the pipelines are idle.
 pub async fn train<S: ModelShards, C: Checkpointer>(
     shards: S,
-    vocab: Arc<Vocab>,
+    vocab: Arc<VocabCounts>,
     source: Source,
     params: TrainParams,
     progress: Arc<Progress>,
@@ -338,14 +338,18 @@ pub async fn train<S: ModelShards, C: Checkpointer>(
     }
     let total = vocab.total_count();
     let keep: Arc<[u32]> = vocab
-        .counts()
+        .counts
         .iter()
         .map(|&c| keep_threshold(c, total, params.sample))
         .collect();
     let schedule = Schedule {
         alpha0: params.alpha,
-        // This worker's share of all epochs' words.
-        words_total: u64::from(params.iter) * total / params.num_workers,
+        // This worker's share of all epochs' words: exact for an encoded
+        // corpus, the vocabulary's total ÷ workers otherwise.
+        words_total: u64::from(params.iter)
+            * source
+                .words_of(params.worker_index, params.num_workers)
+                .unwrap_or(total / params.num_workers),
     };
     let concurrency = params.concurrency.max(1);
     // Tokens of earlier sessions (a resumed run): not this session's rate.
@@ -357,7 +361,6 @@ pub async fn train<S: ModelShards, C: Checkpointer>(
         .store(u64::from(params.alpha.to_bits()), Relaxed);
 
     let reader = {
-        let vocab = Arc::clone(&vocab);
         let former = BatchFormer::new(
             keep,
             params.window,
@@ -378,9 +381,7 @@ pub async fn train<S: ModelShards, C: Checkpointer>(
         };
         std::thread::Builder::new()
             .name("minibatch-stream".into())
-            .spawn(move || {
-                form_minibatches(&stream, &vocab, former, |job| tx.send_blocking(job).is_ok())
-            })
+            .spawn(move || form_minibatches(&stream, former, |job| tx.send_blocking(job).is_ok()))
             .context("cannot start the corpus reader thread")?
     };
 

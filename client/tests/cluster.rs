@@ -63,7 +63,7 @@ async fn hdf5_export_equals_shard_state() {
         .read_raw()
         .expect("read");
     let words: Vec<String> = words.iter().map(|w| w.as_str().to_string()).collect();
-    assert_eq!(words, vocab.words());
+    assert_eq!(words, vocab.words().collect::<Vec<_>>());
     let counts: Vec<u64> = file
         .dataset("counts")
         .expect("counts")
@@ -106,8 +106,11 @@ async fn hostile_requests_are_rejected_without_state_change() {
     let corpus = sample_corpus(dir.path(), 3_000);
     let vocab = vocab_of(&corpus, 2);
     let (spawned, clients) = cluster(1).await;
-    let spec = model_spec(&vocab, DIM, 4, 0.75, 1);
-    let fp = create_model(&clients, &spec, &vocab).await.expect("create");
+    let counts = vocab.counts_only();
+    let spec = model_spec(&counts, DIM, 4, 0.75, 1);
+    let fp = create_model(&clients, &spec, &counts)
+        .await
+        .expect("create");
     let core = Arc::clone(&spawned[0].core);
     let v = vocab.len() as u64;
     let before = (
@@ -286,27 +289,29 @@ async fn shard_with_another_vocabulary_is_refused() {
     let corpus = sample_corpus(dir.path(), 3_000);
     let vocab = vocab_of(&corpus, 2);
     let (spawned, clients) = cluster(2).await;
-    let spec = model_spec(&vocab, DIM, 4, 0.75, 1);
-    let fp = create_model(&clients, &spec, &vocab).await.expect("create");
+    let counts = vocab.counts_only();
+    let spec = model_spec(&counts, DIM, 4, 0.75, 1);
+    let fp = create_model(&clients, &spec, &counts)
+        .await
+        .expect("create");
 
     // Another client with a different vocabulary trains against the same shards:
     // its fingerprint is unknown to them, so dotprod fails with FailedPrecondition.
     let mut pairs: Vec<(String, u64)> = vocab
         .words()
-        .iter()
-        .cloned()
+        .map(str::to_owned)
         .zip(vocab.counts().iter().copied())
         .collect();
     pairs[0].1 += 1;
     let other = Vocab::from_pairs(pairs, None).expect("vocab");
-    let other_fp = model_spec(&other, DIM, 4, 0.75, 1).fingerprint();
+    let other_fp = model_spec(&other.counts_only(), DIM, 4, 0.75, 1).fingerprint();
     assert_ne!(other_fp, fp);
     let mut p = params(1);
     p.iter = 1;
     let err = colonnade_client::train::train(
         GrpcShards::new(clients.clone(), other_fp, 4),
-        Arc::new(other),
-        colonnade_client::stream::Source::Text(vec![corpus.clone()]),
+        other.counts_only(),
+        colonnade_client::stream::Source::Text(vec![corpus.clone()], Arc::new(other)),
         p,
         Arc::default(),
         Arc::default(),
@@ -324,7 +329,7 @@ async fn shard_with_another_vocabulary_is_refused() {
     // The same model with another column split is refused on the shard that holds it.
     let mut swapped = clients.clone();
     swapped.reverse();
-    let err = create_model(&swapped, &spec, &vocab)
+    let err = create_model(&swapped, &spec, &counts)
         .await
         .expect_err("columns conflict");
     assert!(format!("{err:#}").contains("columns"), "{err:#}");

@@ -154,8 +154,13 @@ async fn stepped(
     p.worker_index = worker;
     p.num_workers = workers;
     let core = [Arc::new(ShardCore::new(None))];
-    let mut spec =
-        colonnade_client::shards::model_spec(vocab, common::DIM, p.negative, 0.75, p.seed);
+    let mut spec = colonnade_client::shards::model_spec(
+        &vocab.counts_only(),
+        common::DIM,
+        p.negative,
+        0.75,
+        p.seed,
+    );
     spec.cbow = p.cbow;
     let shard = colonnade_ps_shard::ShardSpec {
         model: spec.clone(),
@@ -170,8 +175,8 @@ async fn stepped(
     };
     let summary = train(
         shards,
-        Arc::clone(vocab),
-        colonnade_client::stream::Source::Text(vec![corpus.to_path_buf()]),
+        vocab.counts_only(),
+        colonnade_client::stream::Source::Text(vec![corpus.to_path_buf()], Arc::clone(vocab)),
         p,
         Arc::new(Progress::default()),
         Arc::default(),

@@ -10,9 +10,11 @@
 //! that loads the same counts assigns the same ids.
 
 use crate::corpus::{for_each_sentence, CorpusError, InvalidUtf8, DEFAULT_MAX_SENTENCE};
+use crate::words::WordTable;
 use rustc_hash::FxHashMap;
 use std::io::{BufRead, BufWriter, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use xxhash_rust::xxh3::Xxh3;
 
 #[derive(Debug, thiserror::Error)]
@@ -30,17 +32,27 @@ pub enum VocabError {
         line: u64,
         msg: String,
     },
+    /// Not in Colonnade's order or format: [`Vocab::load`] reads such files
+    /// whole and sorts them; the streaming readers refuse them.
+    #[error("{path}:{line}: {msg}")]
+    Order {
+        path: PathBuf,
+        line: u64,
+        msg: String,
+    },
     #[error("vocabulary is empty after applying min-count {min_count} (corpus had {distinct} distinct words)")]
     Empty { min_count: u64, distinct: usize },
     #[error("vocabulary of {0} words exceeds the u32 id space")]
     TooLarge(usize),
 }
 
+/// The vocabulary: its words (compactly, [`WordTable`]) and their counts
+/// with the fingerprint ([`VocabCounts`], shared with whoever needs only
+/// those).
 #[derive(Clone, Debug)]
 pub struct Vocab {
-    words: Vec<String>,
-    counts: Vec<u64>,
-    index: FxHashMap<String, u32>,
+    words: WordTable,
+    counts: Arc<VocabCounts>,
 }
 
 /// Streaming word counter.
@@ -128,23 +140,110 @@ impl Vocab {
         if u32::try_from(pairs.len()).is_err() {
             return Err(VocabError::TooLarge(pairs.len()));
         }
-        let mut index = FxHashMap::with_capacity_and_hasher(pairs.len(), Default::default());
-        let mut words = Vec::with_capacity(pairs.len());
+        let bytes = pairs.iter().map(|(w, _)| w.len()).sum();
+        let mut words = WordTable::with_capacity(pairs.len(), bytes);
         let mut counts = Vec::with_capacity(pairs.len());
-        for (i, (w, c)) in pairs.into_iter().enumerate() {
-            index.insert(w.clone(), i as u32);
-            words.push(w);
+        for (w, c) in pairs {
+            // Callers pass distinct words (a counter's keys, checked files).
+            let _ = words.push(&w);
             counts.push(c);
         }
-        Ok(Self {
-            words,
-            counts,
-            index,
-        })
+        Ok(Self::from_sorted(words, counts))
     }
 
-    /// Loads a vocabulary file (see the module docs for the format).
+    /// A vocabulary from words already in Colonnade's order (count
+    /// descending, then bytes ascending) and their counts; an entry out of
+    /// order is an error.
+    pub fn from_ordered(words: WordTable, counts: Vec<u64>) -> Result<Self, VocabError> {
+        if words.len() != counts.len() {
+            return Err(VocabError::Order {
+                path: PathBuf::new(),
+                line: 0,
+                msg: format!("{} words, {} counts", words.len(), counts.len()),
+            });
+        }
+        for i in 1..words.len() {
+            let (a, b) = (i as u32 - 1, i as u32);
+            let ordered = counts[i - 1] > counts[i]
+                || (counts[i - 1] == counts[i]
+                    && words.get(a).as_bytes() < words.get(b).as_bytes());
+            if !ordered {
+                return Err(VocabError::Order {
+                    path: PathBuf::new(),
+                    line: i as u64 + 1,
+                    msg: format!("{:?} out of order after {:?}", words.get(b), words.get(a)),
+                });
+            }
+        }
+        if u32::try_from(words.len()).is_err() {
+            return Err(VocabError::TooLarge(words.len()));
+        }
+        Ok(Self::from_sorted(words, counts))
+    }
+
+    /// A vocabulary from words already in Colonnade's order and their counts.
+    fn from_sorted(words: WordTable, counts: Vec<u64>) -> Self {
+        debug_assert_eq!(words.len(), counts.len());
+        let mut h = Xxh3::new();
+        for (w, c) in words.iter().zip(&counts) {
+            h.update(w.as_bytes());
+            h.update(&[0xff]);
+            h.update(&c.to_le_bytes());
+        }
+        let counts = VocabCounts::new(counts, h.digest());
+        Self {
+            words,
+            counts: Arc::new(counts),
+        }
+    }
+
+    /// Loads a vocabulary file (see the module docs for the format): one
+    /// in Colonnade's order is read entry by entry into the compact tables;
+    /// any other (word2vec's `-save-vocab`, a hand-made file) is read whole
+    /// and sorted.
     pub fn load(path: &Path) -> Result<Self, VocabError> {
+        match Self::load_sorted(path) {
+            Err(VocabError::Order { .. }) => Self::load_any_order(path),
+            other => other,
+        }
+    }
+
+    /// [`Vocab::load`] of a file in Colonnade's order.
+    fn load_sorted(path: &Path) -> Result<Self, VocabError> {
+        let mut reader = VocabReader::open(path)?;
+        let mut words = WordTable::default();
+        let mut counts = Vec::new();
+        while let Some((word, count)) = reader.next_entry()? {
+            if let Err(first) = words.push(word) {
+                let msg = format!("duplicate word {word:?} (the word of id {first})");
+                return Err(VocabError::Parse {
+                    path: path.to_path_buf(),
+                    line: reader.lineno,
+                    msg,
+                });
+            }
+            counts.push(count);
+        }
+        reader.finish()?;
+        Self::at_least_two(Self::from_sorted(words, counts), path)
+    }
+
+    fn at_least_two(vocab: Self, path: &Path) -> Result<Self, VocabError> {
+        if vocab.len() < 2 {
+            return Err(VocabError::Parse {
+                path: path.to_path_buf(),
+                line: 0,
+                msg: format!("a vocabulary needs at least 2 words, found {}", vocab.len()),
+            });
+        }
+        if u32::try_from(vocab.len()).is_err() {
+            return Err(VocabError::TooLarge(vocab.len()));
+        }
+        Ok(vocab)
+    }
+
+    /// [`Vocab::load`] of a file in any order: read whole, then sorted.
+    fn load_any_order(path: &Path) -> Result<Self, VocabError> {
         let io_err = |source| VocabError::Io {
             path: path.to_path_buf(),
             source,
@@ -202,73 +301,53 @@ impl Vocab {
             }
             pairs.push((word.to_owned(), count));
         }
-        let vocab = Self::from_pairs(pairs, None)?;
-        if vocab.len() < 2 {
-            return Err(VocabError::Parse {
-                path: path.to_path_buf(),
-                line: 0,
-                msg: format!("a vocabulary needs at least 2 words, found {}", vocab.len()),
-            });
-        }
-        Ok(vocab)
+        Self::at_least_two(Self::from_pairs(pairs, None)?, path)
     }
 
     /// Writes the vocabulary file.
     pub fn save(&self, path: &Path) -> Result<(), VocabError> {
-        let io_err = |source| VocabError::Io {
-            path: path.to_path_buf(),
-            source,
-        };
-        #[allow(
-            clippy::disallowed_types,
-            clippy::disallowed_methods,
-            reason = "VocabError::Io names the path"
-        )]
-        let file = std::fs::File::create(path).map_err(io_err)?;
-        let mut out = BufWriter::new(file);
-        writeln!(
-            out,
-            "# colonnade vocabulary v1: word<TAB>count; {} words, fingerprint {:016x}",
-            self.len(),
-            self.fingerprint()
-        )
-        .map_err(io_err)?;
-        for (w, c) in self.words.iter().zip(&self.counts) {
-            writeln!(out, "{w}\t{c}").map_err(io_err)?;
+        let mut w = VocabWriter::create(path)?;
+        for (word, count) in self.words.iter().zip(self.counts()) {
+            w.push(word, *count)?;
         }
-        out.flush().map_err(io_err)
+        w.finish().map(|_| ())
     }
 
     /// xxh3-64 over (word bytes, 0xFF, count as u64 LE) in id order.
     pub fn fingerprint(&self) -> u64 {
-        let mut h = Xxh3::new();
-        for (w, c) in self.words.iter().zip(&self.counts) {
-            h.update(w.as_bytes());
-            h.update(&[0xff]);
-            h.update(&c.to_le_bytes());
-        }
-        h.digest()
+        self.counts.fingerprint
     }
 
     pub fn id(&self, word: &str) -> Option<u32> {
-        self.index.get(word).copied()
+        self.words.id(word)
     }
 
     pub fn word(&self, id: u32) -> &str {
-        &self.words[id as usize]
+        self.words.get(id)
     }
 
-    pub fn words(&self) -> &[String] {
-        &self.words
+    /// The words in id order.
+    pub fn words(&self) -> impl ExactSizeIterator<Item = &str> + '_ {
+        self.words.iter()
     }
 
     pub fn counts(&self) -> &[u64] {
-        &self.counts
+        &self.counts.counts
+    }
+
+    /// The counts and the fingerprint, without the words.
+    pub fn counts_only(&self) -> Arc<VocabCounts> {
+        Arc::clone(&self.counts)
     }
 
     /// Σ counts: word2vec's `train_words`.
     pub fn total_count(&self) -> u64 {
-        self.counts.iter().sum()
+        self.counts.total
+    }
+
+    /// Bytes held on the heap.
+    pub fn heap_bytes(&self) -> usize {
+        self.words.heap_bytes() + self.counts.counts.capacity() * 8
     }
 
     pub fn len(&self) -> usize {
@@ -277,6 +356,81 @@ impl Vocab {
 
     pub fn is_empty(&self) -> bool {
         self.words.is_empty()
+    }
+}
+
+/// Writes a vocabulary file entry by entry, without holding it: the
+/// entries go to a temporary file beside it, and [`VocabWriter::finish`]
+/// writes the header (which needs their number and fingerprint) and then
+/// them. The caller gives them in Colonnade's order.
+pub struct VocabWriter {
+    path: PathBuf,
+    body_path: PathBuf,
+    body: BufWriter<fs_err::File>,
+    hasher: Xxh3,
+    words: u64,
+}
+
+impl VocabWriter {
+    pub fn create(path: &Path) -> Result<Self, VocabError> {
+        let mut name = path.file_name().unwrap_or_default().to_os_string();
+        name.push(".entries.tmp");
+        let body_path = path.with_file_name(name);
+        let file = fs_err::File::create(&body_path).map_err(|source| VocabError::Io {
+            path: body_path.clone(),
+            source,
+        })?;
+        Ok(Self {
+            path: path.to_path_buf(),
+            body_path,
+            body: BufWriter::with_capacity(1 << 20, file),
+            hasher: Xxh3::new(),
+            words: 0,
+        })
+    }
+
+    pub fn push(&mut self, word: &str, count: u64) -> Result<(), VocabError> {
+        self.hasher.update(word.as_bytes());
+        self.hasher.update(&[0xff]);
+        self.hasher.update(&count.to_le_bytes());
+        self.words += 1;
+        writeln!(self.body, "{word}\t{count}").map_err(|source| VocabError::Io {
+            path: self.body_path.clone(),
+            source,
+        })
+    }
+
+    /// Writes the file: the header, then the entries. Returns the number of
+    /// words and the fingerprint.
+    pub fn finish(self) -> Result<(u64, u64), VocabError> {
+        let fingerprint = self.hasher.digest();
+        let body_err = |source| VocabError::Io {
+            path: self.body_path.clone(),
+            source,
+        };
+        let body = self
+            .body
+            .into_inner()
+            .map_err(|e| body_err(e.into_error()))?;
+        drop(body);
+        let out_err = |source| VocabError::Io {
+            path: self.path.clone(),
+            source,
+        };
+        let file = fs_err::File::create(&self.path).map_err(out_err)?;
+        let mut out = BufWriter::with_capacity(1 << 20, file);
+        writeln!(
+            out,
+            "# colonnade vocabulary v1: word<TAB>count; {} words, fingerprint {fingerprint:016x}",
+            self.words
+        )
+        .map_err(out_err)?;
+        let mut entries = fs_err::File::open(&self.body_path).map_err(body_err)?;
+        std::io::copy(&mut entries, &mut out).map_err(out_err)?;
+        out.flush().map_err(out_err)?;
+        drop(entries);
+        fs_err::remove_file(&self.body_path).map_err(body_err)?;
+        Ok((self.words, fingerprint))
     }
 }
 
@@ -367,11 +521,13 @@ impl VocabReader {
                 continue;
             }
             let Some(tab) = raw.iter().position(|&b| b == b'\t') else {
-                return Err(self.error(
-                    "expected `word<TAB>count` (a file in word2vec's `word count` format loads \
-                     whole, with `Vocab::load`)"
+                return Err(VocabError::Order {
+                    path: self.path.clone(),
+                    line: self.lineno,
+                    msg: "expected `word<TAB>count` (a file in word2vec's `word count` format \
+                          loads whole, with `Vocab::load`)"
                         .into(),
-                ));
+                });
             };
             let (word, count) = (&raw[..tab], &raw[tab + 1..]);
             let word =
@@ -393,12 +549,16 @@ impl VocabReader {
             let in_order = count < self.prev_count
                 || (count == self.prev_count && word.as_bytes() > self.prev_word.as_slice());
             if !in_order {
-                return Err(self.error(format!(
+                return Err(VocabError::Order {
+                    path: self.path.clone(),
+                    line: self.lineno,
+                    msg: format!(
                     "{word:?} ({count}) is out of order after {:?} ({}): entries must be by count \
                      descending, then bytes ascending, as `colonnade vocab` writes them",
                     String::from_utf8_lossy(&self.prev_word),
                     self.prev_count
-                )));
+                    ),
+                });
             }
             self.prev_count = count;
             self.prev_word.clear();
@@ -453,6 +613,8 @@ fn parse_header(line: &[u8]) -> Option<(u64, u64)> {
 pub struct VocabCounts {
     pub counts: Vec<u64>,
     pub fingerprint: u64,
+    /// Σ counts.
+    pub total: u64,
 }
 
 impl VocabCounts {
@@ -475,15 +637,26 @@ impl VocabCounts {
         if u32::try_from(entries).is_err() {
             return Err(VocabError::TooLarge(entries as usize));
         }
-        Ok(Self {
+        Ok(Self::new(counts, fingerprint))
+    }
+
+    fn new(counts: Vec<u64>, fingerprint: u64) -> Self {
+        let total = counts.iter().sum();
+        Self {
             counts,
             fingerprint,
-        })
+            total,
+        }
     }
 
     /// Σ counts: word2vec's `train_words`.
     pub fn total_count(&self) -> u64 {
-        self.counts.iter().sum()
+        self.total
+    }
+
+    /// The fingerprint of the vocabulary (words and counts).
+    pub fn fingerprint(&self) -> u64 {
+        self.fingerprint
     }
 
     pub fn len(&self) -> usize {
@@ -512,7 +685,7 @@ mod tests {
             Some(4),
         )
         .expect("valid");
-        assert_eq!(v.words(), ["z", "a", "b", "é"]);
+        assert_eq!(v.words().collect::<Vec<_>>(), ["z", "a", "b", "é"]);
         assert_eq!(v.id("b"), Some(2));
         assert_eq!(v.id("c"), None);
     }
@@ -528,11 +701,17 @@ mod tests {
         .expect("valid");
         v.save(&p).expect("save");
         let back = Vocab::load(&p).expect("load");
-        assert_eq!(back.words(), v.words());
+        assert_eq!(
+            back.words().collect::<Vec<_>>(),
+            v.words().collect::<Vec<_>>()
+        );
         assert_eq!(back.fingerprint(), v.fingerprint());
         fs_err::write(&p, "</s> 10\nthe 5\nof 4\n").expect("write");
         assert_eq!(
-            Vocab::load(&p).expect("word2vec format").words(),
+            Vocab::load(&p)
+                .expect("word2vec format")
+                .words()
+                .collect::<Vec<_>>(),
             ["the", "of"]
         );
     }
@@ -551,7 +730,7 @@ mod tests {
         skip.count_files(&[p]).expect("skips");
         assert_eq!((skip.tokens, skip.skipped_sentences), (5, 1));
         let v = skip.into_vocab(1, None).expect("vocab");
-        assert_eq!(v.words(), ["a", "b", "c"]);
+        assert_eq!(v.words().collect::<Vec<_>>(), ["a", "b", "c"]);
         assert_eq!(v.counts(), [3, 1, 1]);
     }
 
@@ -590,7 +769,7 @@ mod tests {
         assert_eq!(r.header(), Some((4, v.fingerprint())));
         assert_eq!(r.finish().expect("finish"), (4, v.fingerprint()));
         let words: Vec<&str> = read.iter().map(|(w, _)| w.as_str()).collect();
-        assert_eq!(words, v.words());
+        assert_eq!(words, v.words().collect::<Vec<_>>());
         let counts = VocabCounts::load(&p).expect("counts");
         assert_eq!(counts.counts, v.counts());
         assert_eq!(counts.fingerprint, v.fingerprint());

@@ -8,7 +8,7 @@
 //! default, JSON with `--json`.
 
 use crate::embeddings::{self, Embeddings};
-use crate::{analogy, classify, pairs};
+use crate::{analogy, classify, groups, pairs};
 use anyhow::{bail, Context};
 use serde::Serialize;
 use std::fmt::Write as _;
@@ -137,6 +137,15 @@ pub struct EvalArgs {
         value_parser = clap::value_parser!(u64).range(1..)
     )]
     pub label_max_iter: u64,
+    /// Groups of words that belong together, one group per line, most
+    /// popular first (`colonnade synth --groups`): recall of each member's
+    /// group among its k nearest neighbours (k = the group's other members).
+    #[arg(long, env = "COLONNADE_GROUPS", value_name = "FILE")]
+    pub groups: Option<PathBuf>,
+    /// Groups: how many of the most popular groups to score, and how many
+    /// spread evenly over the whole file.
+    #[arg(long, env = "COLONNADE_GROUP_QUERIES", default_value_t = 100)]
+    pub group_queries: usize,
     /// Print JSON instead of a table.
     #[arg(long, env = "COLONNADE_JSON")]
     pub json: bool,
@@ -158,6 +167,9 @@ pub struct EvalReport {
     /// Node classification, with `--labels`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub labels: Option<classify::LabelReport>,
+    /// Planted-group recall, with `--groups`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub groups: Option<groups::GroupReport>,
 }
 
 fn parse_fraction(s: &str) -> Result<f64, String> {
@@ -194,8 +206,15 @@ fn limit(n: usize) -> usize {
 
 /// Loads the vectors and every test file, evaluates, returns the report.
 pub fn evaluate(args: &EvalArgs) -> anyhow::Result<EvalReport> {
-    if args.analogies.is_empty() && args.similarity.is_empty() && args.labels.is_none() {
-        bail!("nothing to evaluate: give --analogies FILE, --similarity FILE and/or --labels FILE");
+    if args.analogies.is_empty()
+        && args.similarity.is_empty()
+        && args.labels.is_none()
+        && args.groups.is_none()
+    {
+        bail!(
+            "nothing to evaluate: give --analogies FILE, --similarity FILE, --labels FILE and/or \
+             --groups FILE"
+        );
     }
     // Read the (small) test files first: a typo fails before a long load.
     let analogy_sets = args
@@ -212,6 +231,11 @@ pub fn evaluate(args: &EvalArgs) -> anyhow::Result<EvalReport> {
         .labels
         .as_deref()
         .map(classify::LabelSet::load)
+        .transpose()?;
+    let group_set = args
+        .groups
+        .as_deref()
+        .map(groups::GroupSet::load)
         .transpose()?;
     let vectors = embeddings::read_logged(&args.vectors)?;
     let info = VectorsInfo {
@@ -241,12 +265,13 @@ pub fn evaluate(args: &EvalArgs) -> anyhow::Result<EvalReport> {
             .with_context(|| format!("node classification with {}", set.path.display()))
         })
         .transpose()?;
-    if analogy_sets.is_empty() && pair_sets.is_empty() {
+    if analogy_sets.is_empty() && pair_sets.is_empty() && group_set.is_none() {
         return Ok(EvalReport {
             vectors: info,
             analogies: Vec::new(),
             similarity: Vec::new(),
             labels,
+            groups: None,
         });
     }
     let emb = Embeddings::from_parts(&args.vectors, vectors.format, vectors.words, vectors.matrix);
@@ -261,11 +286,18 @@ pub fn evaluate(args: &EvalArgs) -> anyhow::Result<EvalReport> {
         .iter()
         .map(|set| pairs::evaluate(&emb, set, limit(args.similarity_restrict)))
         .collect();
+    let groups = group_set.map(|set| {
+        let start = Instant::now();
+        let r = groups::evaluate(&emb, &set, args.group_queries);
+        tracing::info!(file = %set.path.display(), groups = r.groups, seconds = start.elapsed().as_secs_f64(), "groups evaluated");
+        r
+    });
     Ok(EvalReport {
         vectors: info,
         analogies,
         similarity,
         labels,
+        groups,
     })
 }
 
@@ -372,6 +404,26 @@ pub fn table(r: &EvalReport) -> String {
                 p.skipped,
                 opt(p.spearman),
                 opt(p.pearson)
+            );
+        }
+    }
+    if let Some(g) = &r.groups {
+        let _ = writeln!(
+            s,
+            "\nplanted groups: {} ({} groups; recall of a member's group among its k nearest, k = the others)",
+            g.file.display(),
+            g.groups
+        );
+        let _ = writeln!(
+            s,
+            "{:<8}  {:>7}  {:>8}  {:>7}",
+            "sample", "groups", "queries", "recall"
+        );
+        for x in &g.samples {
+            let _ = writeln!(
+                s,
+                "{:<8}  {:>7}  {:>8}  {:>7.4}",
+                x.sample, x.groups, x.queries, x.recall
             );
         }
     }

@@ -2,7 +2,8 @@
 //! `colonnade-formats` reads: `colonnade eval` ([`evaluate`]: analogy
 //! accuracy in [`analogy`], word-pair similarity in [`pairs`], both scored as
 //! gensim scores them, and node classification in [`classify`], scored as
-//! scikit-learn's one-vs-rest logistic regression scores it) and
+//! scikit-learn's one-vs-rest logistic regression scores it, and the recall
+//! of planted groups among nearest neighbours in [`groups`]) and
 //! `colonnade similar` ([`similar`]: exact nearest neighbours). The searches
 //! use unit rows ([`embeddings`]) and blocked matrix products ([`knn`]); the
 //! classifiers use the raw rows.
@@ -16,6 +17,7 @@ pub mod analogy;
 pub mod classify;
 pub mod embeddings;
 pub mod evaluate;
+pub mod groups;
 pub mod knn;
 pub mod pairs;
 pub mod similar;

@@ -316,7 +316,7 @@ pub async fn export_from(
         .map(|p| {
             Hdf5Writer::create(
                 p,
-                vocab.words(),
+                &vocab.words().map(str::to_owned).collect::<Vec<_>>(),
                 vocab.counts(),
                 dim,
                 out.output_vectors,

@@ -82,15 +82,16 @@ pub async fn run(
     corpus: &Path,
     p: &TrainParams,
 ) -> (u64, TrainSummary) {
-    let mut spec = model_spec(vocab, DIM, p.negative, 0.75, p.seed);
+    let counts = vocab.counts_only();
+    let mut spec = model_spec(&counts, DIM, p.negative, 0.75, p.seed);
     spec.cbow = p.cbow;
-    let fp = create_model(&shards, &spec, vocab)
+    let fp = create_model(&shards, &spec, &counts)
         .await
         .expect("create model");
     let summary = train(
         GrpcShards::new(shards, fp, p.negative),
-        Arc::clone(vocab),
-        Source::Text(vec![corpus.to_path_buf()]),
+        counts,
+        Source::Text(vec![corpus.to_path_buf()], Arc::clone(vocab)),
         p.clone(),
         Arc::new(Progress::default()),
         Arc::default(),
@@ -110,7 +111,8 @@ pub async fn run_on_cores(
     corpus: &Path,
     p: &TrainParams,
 ) -> (u64, TrainSummary) {
-    let mut spec = model_spec(vocab, DIM, p.negative, 0.75, p.seed);
+    let counts = vocab.counts_only();
+    let mut spec = model_spec(&counts, DIM, p.negative, 0.75, p.seed);
     spec.cbow = p.cbow;
     for (i, core) in cores.iter().enumerate() {
         let cols = column_range(DIM, cores.len() as u32, i as u32);
@@ -126,8 +128,8 @@ pub async fn run_on_cores(
     let shards = InProcessShards::new(cores, fp).expect("shards hold the model");
     let summary = train(
         shards,
-        Arc::clone(vocab),
-        Source::Text(vec![corpus.to_path_buf()]),
+        counts,
+        Source::Text(vec![corpus.to_path_buf()], Arc::clone(vocab)),
         p.clone(),
         Arc::new(Progress::default()),
         Arc::default(),

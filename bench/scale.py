@@ -1,0 +1,281 @@
+#!/usr/bin/env python3
+"""Scale benchmark (issue 16): large vocabularies end to end.
+
+For each V in --words (default 1M,5M,20M), on a `colonnade synth` corpus of
+--tokens-per-word × V tokens (Zipf head, rare tail, planted groups):
+
+  vocab (spilling, --memory-budget) → encode (4 parts) →
+  train --encoded, 4 embedded shards (create, one epoch, HDF5 export) →
+  train --encoded over 4 `ps-shard` processes → colonnade export →
+  eval --groups (planted recall)
+
+recording each stage's wall time and peak RSS, and each shard process's peak
+RSS against the sizing formula 2·V·(cols·4 + 4) + 16·V. In the same run:
+embedded training on part 01 (its own 68K-word vocabulary, the same flags)
+for the words/s ratio, and gensim on the corpus of every V in --gensim-words
+(its RSS, words/s; a failure is recorded, not fatal).
+
+`--types-only N` instead builds the vocabulary of a corpus with N distinct
+types under --memory-budget and records its time and peak RSS.
+
+    bench/scale.sh --words 1M,5M --gensim-words 5M
+    bench/scale.sh --types-only 100M --memory-budget 4G
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _common as c  # noqa: E402
+
+
+def parse_count(s: str) -> int:
+    s = s.strip().upper()
+    mult = {"K": 10**3, "M": 10**6, "G": 10**9}.get(s[-1:], 1)
+    return int(float(s[:-1] if mult > 1 else s) * mult)
+
+
+def step(name: str, cmd: list, work: Path, results: dict) -> dict:
+    c.log(f"{name}: {shlex.join(map(str, cmd))}")
+    r = c.run_child([str(x) for x in cmd], work / f"{name}.log")
+    if r["returncode"] != 0:
+        raise SystemExit(f"{name} failed (exit {r['returncode']}):\n{c.tail(work / f'{name}.log')}")
+    r["command"] = [str(x) for x in cmd]
+    results[name] = r
+    c.log(f"{name}: {r['wall_seconds']:.1f} s, peak RSS {r['peak_rss_mb']:.0f} MB")
+    return r
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def status_kib(pid: int, field: str) -> int:
+    with open(f"/proc/{pid}/status", encoding="ascii") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+def formula(words: int, cols: int) -> int:
+    return 2 * words * (cols * 4 + 4) + 16 * words
+
+
+def summary_of(path: Path) -> dict:
+    s = json.loads(path.read_text())
+    return {k: s[k] for k in ("words", "tokens", "seconds", "final_loss") if k in s} | {
+        "words_per_second": s["words"] / s["seconds"] if s.get("seconds") else None
+    }
+
+
+def log_value(path: Path, marker: str, key: str) -> str | None:
+    for line in path.read_text(errors="replace").splitlines():
+        if marker in line:
+            for tok in line.split():
+                if tok.startswith(key + "="):
+                    return tok.split("=", 1)[1].strip('"')
+    return None
+
+
+def one_size(args, words: int, root: Path) -> dict:
+    work = root / f"v{words}"
+    work.mkdir(parents=True, exist_ok=True)
+    b = args.bin_dir / "colonnade"
+    corpus, groups, vocab, enc = work / "synth.txt", work / "groups.txt", work / "vocab.tsv", work / "enc"
+    r: dict = {"words": words, "tokens": words * args.tokens_per_word}
+    step("synth", [b, "synth", "--words", words, "--tokens", words * args.tokens_per_word, "--output", corpus,
+                   "--groups", groups, "--seed", 1], work, r)
+    step("vocab", [b, "vocab", "--corpus", corpus, "--min-count", 1, "--memory-budget", args.memory_budget,
+                   "--spill-dir", work, "--output", vocab], work, r)
+    step("encode", [b, "encode", "--corpus", corpus, "--vocab", vocab, "--parts", 4, "--output", enc], work, r)
+    flags = ["--size", args.size, "--window", 5, "--negative", 5, "--min-count", 1, "--sample", "1e-4",
+             "--iter", 1, "--threads", args.threads, "--seed", 1]
+    h5 = work / "embedded.h5"
+    step("train_embedded", [b, "train", "--encoded", enc, "--vocab", vocab, "--embedded-shards", 4, *flags,
+                            "--summary", work / "embedded.json", "--output", h5], work, r)
+    r["train_embedded"]["summary"] = summary_of(work / "embedded.json")
+    r["train_embedded"]["hdf5_write_seconds"] = log_value(work / "train_embedded.log", "written", "seconds")
+    c.log(f"embedded: {r['train_embedded']['summary']['words_per_second']:,.0f} words/s")
+    if not args.skip_cluster:
+        r["cluster"] = cluster(args, words, work, enc, vocab, flags)
+    if not args.skip_eval:
+        ev = step("eval_groups", [b, "eval", "--vectors", h5, "--groups", groups, "--group-queries", 100,
+                                  "--json"], work, r)
+        out = json.loads(_json_tail(work / "eval_groups.log"))
+        ev["recall"] = {s["sample"]: s["recall"] for s in out["groups"]["samples"]}
+        c.log(f"recall: {ev['recall']}")
+    if not args.keep:
+        for p in (corpus, h5, work / "cluster.h5"):
+            p.unlink(missing_ok=True)
+        subprocess.run(["rm", "-rf", str(enc)], check=False)
+    return r
+
+
+def _json_tail(path: Path) -> str:
+    text = path.read_text(errors="replace")
+    return text[text.index("{"):]
+
+
+def cluster(args, words: int, work: Path, enc: Path, vocab: Path, flags: list) -> dict:
+    b = args.bin_dir / "colonnade"
+    shards = []
+    try:
+        for i in range(4):
+            port = free_port()
+            logf = open(work / f"shard{i}.log", "wb")  # noqa: SIM115
+            p = subprocess.Popen([str(args.bin_dir / "ps-shard"), "--listen", f"127.0.0.1:{port}", "--threads", "1"],
+                                 stdout=logf, stderr=subprocess.STDOUT)
+            shards.append((p, f"127.0.0.1:{port}", logf))
+        time.sleep(1)
+        base = [status_kib(p.pid, "VmRSS") * 1024 for p, _, _ in shards]
+        endpoints = ",".join(e for _, e, _ in shards)
+        res: dict = {}
+        step("train_cluster", [b, "train", "--encoded", enc, "--vocab", vocab, "--shards", endpoints, *flags,
+                               "--summary", work / "cluster.json"], work, res)
+        res["train_cluster"]["summary"] = summary_of(work / "cluster.json")
+        per = []
+        for i, (p, e, _) in enumerate(shards):
+            cols = args.size * (i + 1) // 4 - args.size * i // 4  # common::model::column_range
+            need = formula(words, cols)
+            peak = status_kib(p.pid, "VmHWM") * 1024 - base[i]
+            held = status_kib(p.pid, "VmRSS") * 1024 - base[i]
+            per.append({"endpoint": e, "formula_bytes": need, "peak_bytes": peak, "held_bytes": held,
+                        "peak_over_formula": peak / need})
+        res["shards"] = per
+        c.log("shards: peak/formula " + ", ".join(f"{s['peak_over_formula']:.3f}" for s in per))
+        step("export", [b, "export", "--shards", endpoints, "--vocab", vocab, "--output", work / "cluster.h5"],
+             work, res)
+        return res
+    finally:
+        for p, _, logf in shards:
+            p.send_signal(signal.SIGTERM)
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+            logf.close()
+
+
+def part01(args, root: Path) -> dict:
+    work = root / "part01"
+    work.mkdir(parents=True, exist_ok=True)
+    plain = work / "part01.txt"
+    if not plain.exists():
+        c.decompress(c.DEFAULT_CORPUS, plain)
+    b = args.bin_dir / "colonnade"
+    r: dict = {}
+    step("train_part01", [b, "train", "--corpus", plain, "--embedded-shards", 4, "--size", args.size, "--window", 5,
+                          "--negative", 5, "--min-count", 5, "--sample", "1e-4", "--iter", 1, "--threads",
+                          args.threads, "--seed", 1, "--summary", work / "s.json", "--output", work / "p.h5"],
+         work, r)
+    r["train_part01"]["summary"] = summary_of(work / "s.json")
+    c.log(f"part 01: {r['train_part01']['summary']['words_per_second']:,.0f} words/s")
+    return r
+
+
+def gensim(args, words: int, root: Path) -> dict:
+    work = root / f"v{words}"
+    corpus = work / "synth.txt"
+    b = args.bin_dir / "colonnade"
+    if not corpus.exists():
+        step("synth_gensim", [b, "synth", "--words", words, "--tokens", words * args.tokens_per_word,
+                              "--output", corpus, "--seed", 1], work, {})
+    ns = argparse.Namespace(size=args.size, window=5, negative=5, min_count=1, sample=1e-4, alpha=0.025, iter=1,
+                            threads=args.threads)
+    try:
+        res = c.run_gensim(ns, corpus, work)
+        res["words_per_second"] = res["raw_words"] / res["train_seconds"]
+        c.log(f"gensim at {words:,}: {res['words_per_second']:,.0f} words/s, peak RSS {res['peak_rss_mb']:.0f} MB")
+    except SystemExit as e:
+        res = {"failed": str(e)[-2000:]}
+        c.log(f"gensim at {words:,} failed")
+    finally:
+        if not args.keep:
+            corpus.unlink(missing_ok=True)
+            (work / "gensim.bin").unlink(missing_ok=True)
+    return res
+
+
+def types_only(args, root: Path) -> dict:
+    work = root / "types"
+    work.mkdir(parents=True, exist_ok=True)
+    b = args.bin_dir / "colonnade"
+    corpus, vocab = work / "types.txt", work / "types.vocab"
+    n = args.types_only
+    r: dict = {"types": n, "tokens": n + n // 10}
+    step("synth", [b, "synth", "--words", n, "--tokens", n + n // 10, "--output", corpus], work, r)
+    r["corpus_bytes"] = corpus.stat().st_size
+    step("vocab", [b, "vocab", "--corpus", corpus, "--min-count", 1, "--memory-budget", args.memory_budget,
+                   "--spill-dir", work, "--output", vocab], work, r)
+    r["vocab"]["spills"] = log_value(work / "vocab.log", "vocabulary written", "spills")
+    r["vocab"]["words"] = log_value(work / "vocab.log", "vocabulary written", "words")
+    if not args.keep:
+        corpus.unlink(missing_ok=True)
+        vocab.unlink(missing_ok=True)
+    return r
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--words", default="1M,5M,20M")
+    p.add_argument("--tokens-per-word", type=int, default=5)
+    p.add_argument("--gensim-words", default="5M")
+    p.add_argument("--size", type=int, default=100)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--memory-budget", default="4G")
+    p.add_argument("--types-only", type=parse_count)
+    p.add_argument("--skip-cluster", action="store_true")
+    p.add_argument("--skip-eval", action="store_true")
+    p.add_argument("--skip-part01", action="store_true")
+    p.add_argument("--keep", action="store_true", help="keep the corpora and models")
+    p.add_argument("--work", type=Path, default=Path("/tmp/colonnade-scale"))
+    p.add_argument("--bin-dir", type=Path, default=c.REPO / "target" / "release")
+    p.add_argument("--out", type=Path, default=c.REPO / "bench" / "results")
+    args = p.parse_args()
+    c.set_log_name("scale")
+    args.work.mkdir(parents=True, exist_ok=True)
+    report: dict = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": c.machine_info(),
+                    "version": c.colonnade_version(args.bin_dir), "command": sys.argv, "args": vars(args) | {
+                        "work": str(args.work), "bin_dir": str(args.bin_dir), "out": str(args.out)}}
+    if args.types_only:
+        report["types"] = types_only(args, args.work)
+    else:
+        if not args.skip_part01:
+            report["part01"] = part01(args, args.work)
+        report["sizes"] = [one_size(args, parse_count(w), args.work) for w in args.words.split(",") if w]
+        report["gensim"] = {w: gensim(args, parse_count(w), args.work)
+                            for w in args.gensim_words.split(",") if w}
+        base = report.get("part01", {}).get("train_part01", {}).get("summary", {}).get("words_per_second")
+        for s in report["sizes"]:
+            wps = s["train_embedded"]["summary"]["words_per_second"]
+            s["embedded_over_part01"] = wps / base if base else None
+        for w, g in report["gensim"].items():
+            match = [s for s in report["sizes"] if s["words"] == parse_count(w)]
+            if match and "words_per_second" in g:
+                g["colonnade_embedded_over_gensim"] = (
+                    match[0]["train_embedded"]["summary"]["words_per_second"] / g["words_per_second"])
+                if "cluster" in match[0]:
+                    g["colonnade_cluster_over_gensim"] = (
+                        match[0]["cluster"]["train_cluster"]["summary"]["words_per_second"] / g["words_per_second"])
+    args.out.mkdir(parents=True, exist_ok=True)
+    out = args.out / f"scale-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    out.write_text(json.dumps(report, indent=2, default=str))
+    c.log(f"report: {out}")
+    print(json.dumps({k: v for k, v in report.items() if k not in ("machine",)}, indent=2, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
