@@ -102,8 +102,31 @@ def run_child(args: list[str], log_path: Path, on_line=None) -> dict:
                 if on_line is not None:
                     on_line(line, proc.pid)
 
+    # ru_maxrss of a child forked from this Python carries Python's own RSS
+    # across the exec (Linux keeps the larger of the two), so small children
+    # would all report this process's size: the child's own VmHWM (reset by
+    # exec) is polled instead, the last reading before it exits.
+    hwm = [0]
+    exited = threading.Event()
+
+    def poll_hwm() -> None:
+        while not exited.is_set():
+            try:
+                with open(f"/proc/{proc.pid}/status", encoding="ascii") as f:
+                    for line in f:
+                        if line.startswith("VmHWM:"):
+                            hwm[0] = max(hwm[0], int(line.split()[1]))
+            except (OSError, ValueError):
+                return
+            time.sleep(0.05)
+
     reader = threading.Thread(target=pump, daemon=True)
     reader.start()
+    poller = threading.Thread(target=poll_hwm, daemon=True)
+    poller.start()
+    os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)  # exited, not yet reaped
+    exited.set()
+    poller.join()
     _, status, usage = os.wait4(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(status)
     wall = time.monotonic() - start
@@ -114,7 +137,8 @@ def run_child(args: list[str], log_path: Path, on_line=None) -> dict:
         "cpu_seconds": usage.ru_utime + usage.ru_stime,
         "user_seconds": usage.ru_utime,
         "sys_seconds": usage.ru_stime,
-        "peak_rss_mb": usage.ru_maxrss / 1024.0,  # Linux: KiB
+        "peak_rss_mb": (hwm[0] or usage.ru_maxrss) / 1024.0,  # KiB
+        "ru_maxrss_mb": usage.ru_maxrss / 1024.0,
     }
 
 

@@ -9,7 +9,9 @@ cd "$(dirname "$0")/.."
 
 ./scripts/setup.sh
 cargo fmt --all -- --check
-cargo clippy --workspace --all-targets -- -D warnings
+# --release: the proc-macros and build scripts it compiles are then the same
+# artifacts the release build below uses (a dev-profile clippy compiled them twice).
+cargo clippy --release --workspace --all-targets -- -D warnings
 cargo build --release --workspace --bins
 cargo nextest run --release --workspace --no-fail-fast
 COLONNADE_BIN_DIR="$PWD/target/release" .venv/bin/python -m pytest -q tests/python
