@@ -639,7 +639,7 @@ pub async fn run_train(args: TrainArgs) -> anyhow::Result<TrainSummary> {
                 (Some(Arc::new(vocab)), source)
             }
             (None, Some(dir), Some(path)) => {
-                let counts = Arc::new(VocabCounts::load(path)?);
+                let counts = Arc::new(tokio::task::block_in_place(|| VocabCounts::load(path))?);
                 let encoded = crate::encode::open_for_training(dir, &counts)?;
                 (None, Source::Encoded(encoded, counts))
             }

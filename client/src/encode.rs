@@ -45,12 +45,12 @@ pub struct EncodeArgs {
     pub invalid_utf8: InvalidUtf8Arg,
 }
 
-/// Sentences read, for a mapping thread: their tokens' bytes and lengths
+/// Sentences read, for a mapping thread: their tokens, concatenated, and lengths
 /// and each sentence's token count.
 #[derive(Default)]
 struct TextBatch {
     seq: u64,
-    bytes: Vec<u8>,
+    text: String,
     lens: Vec<u32>,
     sentences: Vec<u32>,
 }
@@ -111,18 +111,17 @@ pub fn run(args: &EncodeArgs) -> anyhow::Result<()> {
             scope.spawn(move || {
                 let mut ids = Vec::new();
                 while let Ok(b) = rx.recv_blocking() {
-                    let mut payload = Vec::with_capacity(b.bytes.len());
+                    let mut payload = Vec::with_capacity(b.text.len());
                     let (mut off, mut tok) = (0usize, 0usize);
                     let mut ends = Vec::with_capacity(b.sentences.len());
                     for &n in &b.sentences {
                         ids.clear();
                         for &len in &b.lens[tok..tok + n as usize] {
-                            let word = &b.bytes[off..off + len as usize];
+                            // Token boundaries are char boundaries: the
+                            // reader gave valid UTF-8, checked once there.
+                            let word = &b.text[off..off + len as usize];
                             off += len as usize;
-                            // The reader gave valid UTF-8 only.
-                            if let Some(id) =
-                                std::str::from_utf8(word).ok().and_then(|w| vocab.id(w))
-                            {
+                            if let Some(id) = vocab.id(word) {
                                 ids.push(id);
                             }
                         }
@@ -167,7 +166,7 @@ pub fn run(args: &EncodeArgs) -> anyhow::Result<()> {
                         next += 1;
                         // Sentences of the batch go into the current part until
                         // it holds its share of the words; then the next begins.
-                        let (mut from, mut start) = (0usize, 0usize);
+                        let mut from = 0usize;
                         let (mut n, mut t, mut wd) = (0u64, 0u64, 0u64);
                         for (i, e) in b.ends.iter().enumerate() {
                             n += 1;
@@ -190,11 +189,9 @@ pub fn run(args: &EncodeArgs) -> anyhow::Result<()> {
                                     part = Some(w);
                                 }
                                 from = e.offset;
-                                start = i + 1;
                                 (n, t, wd) = (0, 0, 0);
                             }
                         }
-                        debug_assert_eq!(start, b.ends.len());
                         if last_log.elapsed().as_secs() >= 10 {
                             last_log = Instant::now();
                             tracing::info!(
@@ -218,11 +215,11 @@ pub fn run(args: &EncodeArgs) -> anyhow::Result<()> {
         let mut seq = 0u64;
         let read = for_each_sentence(&args.corpus, DEFAULT_MAX_SENTENCE, policy, |s| {
             for t in s.tokens() {
-                batch.bytes.extend_from_slice(t.as_bytes());
+                batch.text.push_str(t);
                 batch.lens.push(t.len() as u32);
             }
             batch.sentences.push(s.len() as u32);
-            if batch.bytes.len() >= BATCH_BYTES {
+            if batch.text.len() >= BATCH_BYTES {
                 batch.seq = seq;
                 seq += 1;
                 let full = std::mem::take(&mut batch);

@@ -100,6 +100,18 @@ fn tail_word(out: &mut Vec<u8>, group: u64, member: u64) {
     let _ = write!(out, "t{group}_{member}");
 }
 
+/// Group `g`'s members on one line (its seed sentence, and its line of
+/// the groups file).
+fn group_line(shape: &Shape, g: u64, out: &mut Vec<u8>) {
+    for m in 0..shape.members(g) {
+        if m > 0 {
+            out.push(b' ');
+        }
+        tail_word(out, g, m);
+    }
+    out.push(b'\n');
+}
+
 /// Drawn sentence `i`, `len` tokens, appended to `out` with its newline.
 fn drawn_sentence(shape: &Shape, seed: u64, i: u64, len: u64, out: &mut Vec<u8>) {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
@@ -189,13 +201,7 @@ pub fn run(args: &SynthArgs) -> anyhow::Result<()> {
         let mut line = Vec::new();
         for g in 0..groups {
             line.clear();
-            for m in 0..shape.members(g) {
-                if m > 0 {
-                    line.push(b' ');
-                }
-                tail_word(&mut line, g, m);
-            }
-            line.push(b'\n');
+            group_line(&shape, g, &mut line);
             g_out.write_all(&line)?;
         }
         g_out
@@ -203,13 +209,7 @@ pub fn run(args: &SynthArgs) -> anyhow::Result<()> {
             .with_context(|| format!("writing {}", path.display()))?;
     }
     for g in 0..groups {
-        for m in 0..shape.members(g) {
-            if m > 0 {
-                buf.push(b' ');
-            }
-            tail_word(&mut buf, g, m);
-        }
-        buf.push(b'\n');
+        group_line(&shape, g, &mut buf);
         written += shape.members(g);
         if buf.len() >= 1 << 16 {
             out.write_all(&buf)?;

@@ -67,36 +67,41 @@ pub struct GroupReport {
 
 /// Recall of the groups at lines `lines` of `set`.
 fn recall(emb: &Embeddings, set: &GroupSet, lines: &[usize], sample: &str) -> SampleRecall {
-    let mut queries = Vec::new(); // (row, group rows)
-    let mut groups = 0;
-    for &l in lines {
-        let rows: Vec<u32> = set.groups[l].iter().filter_map(|w| emb.id(w)).collect();
-        if rows.len() < 2 {
-            continue;
-        }
-        groups += 1;
-        for &r in &rows {
-            queries.push((r, rows.clone()));
-        }
-    }
+    // The groups' rows in the vectors (groups with ≥ 2 there), and one
+    // query per member: (its row, its group).
+    let groups: Vec<Vec<u32>> = lines
+        .iter()
+        .map(|&l| {
+            set.groups[l]
+                .iter()
+                .filter_map(|w| emb.id(w))
+                .collect::<Vec<u32>>()
+        })
+        .filter(|rows| rows.len() >= 2)
+        .collect();
+    let queries: Vec<(u32, usize)> = groups
+        .iter()
+        .enumerate()
+        .flat_map(|(g, rows)| rows.iter().map(move |&r| (r, g)))
+        .collect();
     let mut total = 0.0;
     // One search per group size (k = members - 1).
     let mut by_k: std::collections::BTreeMap<usize, Vec<usize>> = Default::default();
-    for (i, (_, rows)) in queries.iter().enumerate() {
-        by_k.entry(rows.len() - 1).or_default().push(i);
+    for (i, &(_, g)) in queries.iter().enumerate() {
+        by_k.entry(groups[g].len() - 1).or_default().push(i);
     }
     for (k, idx) in by_k {
         let rows: Vec<u32> = idx.iter().map(|&i| queries[i].0).collect();
         let found = neighbours(emb, &rows, k, f32::NEG_INFINITY);
         for (&i, near) in idx.iter().zip(&found) {
-            let group = &queries[i].1;
+            let group = &groups[queries[i].1];
             let hits = near.iter().filter(|(_, r)| group.contains(r)).count();
             total += hits as f64 / k as f64;
         }
     }
     SampleRecall {
         sample: sample.into(),
-        groups,
+        groups: groups.len(),
         queries: queries.len(),
         recall: if queries.is_empty() {
             f64::NAN
