@@ -62,6 +62,20 @@ impl WordTable {
         Ok(id)
     }
 
+    /// Appends `word` as the next id even when it is there already (the
+    /// rows of a foreign vector file may repeat a word): every id keeps its
+    /// own word for [`Self::get`], and [`Self::id`] finds a word's first id.
+    pub fn push_row(&mut self, word: &str) -> u32 {
+        match self.push(word) {
+            Ok(id) => id,
+            Err(_) => {
+                self.arena.push_str(word);
+                self.ends.push(self.arena.len() as u64);
+                (self.ends.len() - 1) as u32
+            }
+        }
+    }
+
     fn bytes_in<'a>(arena: &'a str, ends: &[u64], id: u32) -> &'a [u8] {
         let i = id as usize;
         let start = if i == 0 { 0 } else { ends[i - 1] as usize };
@@ -122,6 +136,20 @@ mod tests {
         }
         assert_eq!(t.id("missing"), None);
         assert_eq!(t.iter().collect::<Vec<_>>(), words);
+    }
+
+    #[test]
+    fn repeated_rows_keep_their_words_and_the_first_id() {
+        let mut t = WordTable::default();
+        let rows = ["a", "b", "a", "c", "b"];
+        let ids: Vec<u32> = rows.iter().map(|w| t.push_row(w)).collect();
+        assert_eq!(ids, [0, 1, 2, 3, 4]);
+        assert_eq!(t.iter().collect::<Vec<_>>(), rows);
+        assert_eq!(
+            (t.id("a"), t.id("b"), t.id("c")),
+            (Some(0), Some(1), Some(3))
+        );
+        assert_eq!(t.push("c"), Err(3));
     }
 
     #[test]

@@ -25,7 +25,7 @@
 use crate::embeddings::{CaseFold, Embeddings};
 use crate::evaluate::{py_split, py_strip, EvalError};
 use crate::knn::{self, row_slice, TopK};
-use ndarray::{s, Array2};
+
 use serde::Serialize;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -237,7 +237,7 @@ pub fn evaluate(emb: &Embeddings, set: &AnalogySet, restrict: usize) -> AnalogyR
     }
     let mut add = vec![0u64; set.sections.len()];
     let mut mul = vec![0u64; set.sections.len()];
-    let base = emb.unit().slice_move(s![..rows, ..]);
+    let base = emb.base().head(rows);
     let mut rest = &resolved[..];
     while !rest.is_empty() {
         // A block: as many questions as fit the limits on questions and words.
@@ -259,10 +259,11 @@ pub fn evaluate(emb: &Embeddings, set: &AnalogySet, restrict: usize) -> AnalogyR
         }
         let (block, tail) = rest.split_at(n);
         rest = tail;
-        let mut probes = Array2::<f32>::zeros((probe_of.len(), emb.dim()));
+        let mut probe_rows = vec![0u32; probe_of.len()];
         for (&row, &p) in &probe_of {
-            probes.row_mut(p).assign(&emb.unit_row(row));
+            probe_rows[p] = row;
         }
+        let probes = emb.probes(&probe_rows);
         let tasks: Vec<([usize; 3], [u32; 3])> = block
             .iter()
             .map(|q| {
@@ -327,6 +328,7 @@ pub fn evaluate(emb: &Embeddings, set: &AnalogySet, restrict: usize) -> AnalogyR
 mod tests {
     use super::*;
     use colonnade_formats::Format;
+    use ndarray::Array2;
 
     fn emb(words: &[&str], rows: &[[f32; 2]]) -> Embeddings {
         let m = Array2::from_shape_fn((rows.len(), 2), |(i, j)| rows[i][j]);

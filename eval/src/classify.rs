@@ -414,26 +414,22 @@ fn sigmoid(z: f64) -> f64 {
     1.0 / (1.0 + (-z).exp())
 }
 
-/// Runs the protocol on the labelled nodes that have a vector in `words` /
-/// `matrix` (the file's raw rows).
+/// Runs the protocol on the labelled nodes that have a vector: `row_of`
+/// gives a word's (first) row in `matrix` (the file's raw rows).
 pub fn evaluate(
     set: &LabelSet,
-    words: &[String],
+    row_of: impl Fn(&str) -> Option<u32>,
     matrix: ndarray::ArrayView2<'_, f32>,
     protocol: &Protocol,
     vectors_path: &Path,
 ) -> anyhow::Result<LabelReport> {
     let start = Instant::now();
-    let mut row_of: HashMap<&str, usize> = HashMap::with_capacity(words.len());
-    for (i, w) in words.iter().enumerate() {
-        row_of.entry(w.as_str()).or_insert(i);
-    }
     // Nodes with a vector, in file order: (node index in `set`, row).
     let mut matched = Vec::with_capacity(set.nodes.len());
     let mut missing = Vec::new();
     for (i, node) in set.nodes.iter().enumerate() {
-        match row_of.get(node.as_str()) {
-            Some(&row) => matched.push((i, row)),
+        match row_of(node) {
+            Some(row) => matched.push((i, row as usize)),
             None => missing.push(i),
         }
     }
@@ -849,7 +845,7 @@ mod tests {
         let (set, words, matrix) = separable();
         let r = evaluate(
             &set,
-            &words,
+            first_row(&words),
             matrix.view(),
             &protocol(&[0.3, 0.5, 0.9], 3),
             Path::new("v.txt"),
@@ -883,7 +879,7 @@ mod tests {
         let matrix = nd_matrix(&[[1.0, 0.0], [1.1, 0.1], [-1.0, 0.0], [-1.1, 0.1], [0.0, 5.0]]);
         let r = evaluate(
             &set,
-            &words,
+            first_row(&words),
             matrix.view(),
             &protocol(&[0.8], 5),
             Path::new("v"),
@@ -893,6 +889,11 @@ mod tests {
             let test_node = r.splits[s].order[4].as_str();
             assert_eq!(score.labels_never_predicted, usize::from(test_node == "e"));
         }
+    }
+
+    /// A word's first row in `words`.
+    fn first_row(words: &[String]) -> impl Fn(&str) -> Option<u32> + '_ {
+        |w| words.iter().position(|x| x == w).map(|i| i as u32)
     }
 
     fn nd_matrix(rows: &[[f32; 2]]) -> Array2<f32> {
@@ -905,7 +906,7 @@ mod tests {
         let words: Vec<String> = (0..61).map(|i| format!("other{i}")).collect();
         let e = evaluate(
             &set,
-            &words,
+            first_row(&words),
             matrix.view(),
             &protocol(&[0.5], 1),
             Path::new("v.txt"),
@@ -919,7 +920,7 @@ mod tests {
         let (set, words, matrix) = separable();
         let e = evaluate(
             &set,
-            &words,
+            first_row(&words),
             matrix.view(),
             &protocol(&[0.01], 1),
             Path::new("v"),

@@ -7,7 +7,7 @@
 //! scikit-learn's, `tests/python/test_node_classification.py`). A table by
 //! default, JSON with `--json`.
 
-use crate::embeddings::{self, Embeddings};
+use crate::embeddings::RawEmbeddings;
 use crate::{analogy, classify, groups, pairs};
 use anyhow::{bail, Context};
 use serde::Serialize;
@@ -237,12 +237,12 @@ pub fn evaluate(args: &EvalArgs) -> anyhow::Result<EvalReport> {
         .as_deref()
         .map(groups::GroupSet::load)
         .transpose()?;
-    let vectors = embeddings::read_logged(&args.vectors)?;
+    let vectors = RawEmbeddings::load_logged(&args.vectors)?;
     let info = VectorsInfo {
         path: args.vectors.clone(),
         format: vectors.format,
-        words: vectors.words.len(),
-        dim: vectors.matrix.ncols(),
+        words: vectors.len(),
+        dim: vectors.dim(),
     };
     // Classification uses the raw rows; the searches below, unit rows.
     let labels = label_set
@@ -257,8 +257,8 @@ pub fn evaluate(args: &EvalArgs) -> anyhow::Result<EvalReport> {
             };
             classify::evaluate(
                 &set,
-                &vectors.words,
-                vectors.matrix.view(),
+                |w| vectors.id(w),
+                vectors.matrix(),
                 &protocol,
                 &args.vectors,
             )
@@ -274,7 +274,7 @@ pub fn evaluate(args: &EvalArgs) -> anyhow::Result<EvalReport> {
             groups: None,
         });
     }
-    let emb = Embeddings::from_parts(&args.vectors, vectors.format, vectors.words, vectors.matrix);
+    let emb = vectors.into_embeddings();
     let mut analogies = Vec::new();
     for set in &analogy_sets {
         let start = Instant::now();

@@ -146,6 +146,47 @@ impl<const N: usize> Accumulator for [TopK; N] {
     }
 }
 
+/// The rows a [`scan`] scores against: unit rows, or the file's raw rows
+/// with each row's inverse L2 norm, by which the row's scores are multiplied
+/// after the product (the cosine, without a normalised copy of the rows).
+#[derive(Clone, Copy, Debug)]
+pub struct Base<'a> {
+    rows: ArrayView2<'a, f32>,
+    inv_norm: Option<&'a [f32]>,
+}
+
+impl<'a> Base<'a> {
+    /// Rows already of unit length (or zero).
+    pub fn unit(rows: ArrayView2<'a, f32>) -> Self {
+        Self {
+            rows,
+            inv_norm: None,
+        }
+    }
+
+    /// Raw rows and one inverse norm per row.
+    pub fn scaled(rows: ArrayView2<'a, f32>, inv_norm: &'a [f32]) -> Self {
+        assert_eq!(rows.nrows(), inv_norm.len(), "one inverse norm per row");
+        Self {
+            rows,
+            inv_norm: Some(inv_norm),
+        }
+    }
+
+    /// The first `n` rows (all if fewer).
+    pub fn head(self, n: usize) -> Self {
+        let n = n.min(self.rows.nrows());
+        Self {
+            rows: self.rows.slice_move(s![..n, ..]),
+            inv_norm: self.inv_norm.map(|v| &v[..n]),
+        }
+    }
+
+    pub fn nrows(&self) -> usize {
+        self.rows.nrows()
+    }
+}
+
 /// Rows per chunk for `probes` probe vectors.
 fn chunk_rows(probes: usize) -> usize {
     (BLOCK_VALUES / probes.max(1)).clamp(64, 16_384)
@@ -153,13 +194,14 @@ fn chunk_rows(probes: usize) -> usize {
 
 /// Scans `base` (rows × D) against `probes` (P × D) chunk by chunk. For each
 /// chunk starting at row `start`, `scores` = probes · chunkᵀ (P × chunk rows,
-/// row-major, so one probe's scores are contiguous) and `visit(task, scores,
+/// row-major, so one probe's scores are contiguous; column j multiplied by
+/// row j's inverse norm when `base` has them) and `visit(task, scores,
 /// start, acc, scratch)` runs for every task in `0..tasks`, adding candidates
 /// (global row numbers) to that task's accumulator (a copy of `init` to begin
 /// with); `scratch` is a reusable buffer of the worker's.
 /// Returns each task's accumulator, merged over all chunks.
 pub fn scan<A, F>(
-    base: ArrayView2<'_, f32>,
+    base: Base<'_>,
     probes: ArrayView2<'_, f32>,
     tasks: usize,
     init: &A,
@@ -169,6 +211,10 @@ where
     A: Accumulator + Sync,
     F: Fn(usize, ArrayView2<'_, f32>, u32, &mut A, &mut Vec<f32>) + Sync,
 {
+    let Base {
+        rows: base,
+        inv_norm,
+    } = base;
     let rows = base.nrows();
     let chunk = chunk_rows(probes.nrows());
     let chunks = rows.div_ceil(chunk);
@@ -192,6 +238,14 @@ where
                     0.0,
                     &mut scores,
                 );
+                if let Some(inv) = inv_norm {
+                    let inv = &inv[start..end];
+                    for mut probe in scores.rows_mut() {
+                        for (x, s) in probe.iter_mut().zip(inv) {
+                            *x *= s;
+                        }
+                    }
+                }
                 let scores = scores.view();
                 for (task, acc) in accs.iter_mut().enumerate() {
                     visit(task, scores, start as u32, acc, &mut scratch);
@@ -242,7 +296,7 @@ mod tests {
         let base = Array2::from_shape_fn((n, d), |(i, j)| ((i * 31 + j * 17) % 101) as f32 - 50.0);
         let probes = Array2::from_shape_fn((p, d), |(i, j)| ((i + 2 * j) % 5) as f32 - 2.0);
         let tops = scan(
-            base.view(),
+            Base::unit(base.view()),
             probes.view(),
             p,
             &TopK::new(4),
@@ -258,6 +312,54 @@ mod tests {
                 .collect();
             all.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
             assert_eq!(top.items(), &all[..4]);
+        }
+    }
+
+    #[test]
+    fn scaled_rows_score_as_their_unit_rows() {
+        let (n, d) = (3000, 5);
+        // No ties: the two paths round differently in the last bit.
+        let mut rng = <rand_chacha::ChaCha8Rng as rand::SeedableRng>::seed_from_u64(3);
+        let raw =
+            Array2::from_shape_fn((n, d), |_| rand::Rng::random_range(&mut rng, -3.0f32..3.0));
+        let norms: Vec<f32> = raw
+            .rows()
+            .into_iter()
+            .map(|r| r.iter().map(|x| x * x).sum::<f32>().sqrt())
+            .collect();
+        let inv: Vec<f32> = norms
+            .iter()
+            .map(|&x| if x > 0.0 { 1.0 / x } else { 1.0 })
+            .collect();
+        let mut unit = raw.clone();
+        for (mut r, &x) in unit.rows_mut().into_iter().zip(&norms) {
+            if x > 0.0 {
+                r.mapv_inplace(|v| v / x);
+            }
+        }
+        let probes = unit.slice(s![..4, ..]).to_owned();
+        let best = |base: Base<'_>| {
+            scan(
+                base.head(2500),
+                probes.view(),
+                4,
+                &TopK::new(6),
+                |t, scores, start, top: &mut TopK, _| {
+                    top.push_slice(start, &row_slice(&scores.row(t)), |_| false);
+                },
+            )
+        };
+        let (a, b) = (
+            best(Base::unit(unit.view())),
+            best(Base::scaled(raw.view(), &inv)),
+        );
+        for (x, y) in a.iter().zip(&b) {
+            let rows = |t: &TopK| t.items().iter().map(|p| p.1).collect::<Vec<_>>();
+            assert_eq!(rows(x), rows(y));
+            for (p, q) in x.items().iter().zip(y.items()) {
+                assert!((p.0 - q.0).abs() < 1e-6, "{p:?} {q:?}");
+                assert!(p.1 < 2500);
+            }
         }
     }
 }

@@ -5,8 +5,10 @@
 //! scikit-learn's one-vs-rest logistic regression scores it, and the recall
 //! of planted groups among nearest neighbours in [`groups`]) and
 //! `colonnade similar` ([`similar`]: exact nearest neighbours). The searches
-//! use unit rows ([`embeddings`]) and blocked matrix products ([`knn`]); the
-//! classifiers use the raw rows.
+//! use unit rows ([`embeddings`]: normalised in memory, or an uncompressed
+//! HDF5 file's rows used in place from a memory map with their inverse
+//! norms) and blocked matrix products ([`knn`]); the classifiers use the raw
+//! rows.
 //!
 //! Row order is the file's, most frequent word first, so "the first N rows"
 //! means the N most frequent words. This crate only reads vector files: it

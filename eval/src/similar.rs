@@ -11,7 +11,6 @@
 use crate::embeddings::{CaseFold, Embeddings};
 use crate::knn::{self, row_slice};
 use anyhow::{bail, Context};
-use ndarray::Array2;
 use serde::Serialize;
 use std::io::{BufWriter, Write};
 use std::path::PathBuf;
@@ -97,13 +96,10 @@ pub fn neighbours(
 ) -> Vec<Vec<(f32, u32)>> {
     let mut out = Vec::with_capacity(rows.len());
     for block in rows.chunks(QUERY_BLOCK) {
-        let mut probes = Array2::<f32>::zeros((block.len(), emb.dim()));
-        for (i, &r) in block.iter().enumerate() {
-            probes.row_mut(i).assign(&emb.unit_row(r));
-        }
+        let probes = emb.probes(block);
         let init = knn::TopK::new(k);
         let tops = knn::scan(
-            emb.unit(),
+            emb.base(),
             probes.view(),
             block.len(),
             &init,

@@ -316,7 +316,6 @@ pub async fn export_from(
         .map(|p| {
             Hdf5Writer::create(
                 p,
-                &vocab.words().map(str::to_owned).collect::<Vec<_>>(),
                 vocab.counts(),
                 dim,
                 out.output_vectors,
@@ -348,7 +347,10 @@ pub async fn export_from(
             .block(fingerprint, Matrix::Input, start, end, d, &mut block)
             .await?;
         if let Some(w) = h5.as_mut() {
-            tokio::task::block_in_place(|| w.write_input(start, &block))?;
+            tokio::task::block_in_place(|| {
+                w.write_words((start as u32..end as u32).map(|i| vocab.word(i)))?;
+                w.write_input(start, &block)
+            })?;
         }
         for (i, row) in block.chunks_exact(d).enumerate() {
             let word = vocab.word((start + i as u64) as u32);

@@ -1,10 +1,12 @@
-//! The HDF5 layout (docs/formats.md), written row block by row block and read
-//! back whole: datasets `vectors` f32 [V, D] (input vectors), `words` UTF-8
+//! The HDF5 layout (docs/formats.md), written row block by row block (words
+//! and vectors alike, so a 20M-word export never holds all its words as
+//! strings) and read back whole, or (`open`, for [`crate::open_vectors`])
+//! with `words` in blocks and contiguous `vectors` used in place: datasets `vectors` f32 [V, D] (input vectors), `words` UTF-8
 //! strings [V], `counts` u64 [V], optionally `output_vectors` f32 [V, D]
 //! (contiguous, or chunked and deflated), and the [`Provenance`] as root
 //! attributes.
 
-use crate::{Error, Provenance};
+use crate::{Error, MappedRows, Provenance, Rows};
 use hdf5::types::{TypeDescriptor, VarLenUnicode};
 use ndarray::{s, Array2, ArrayView2};
 use std::path::{Path, PathBuf};
@@ -27,6 +29,10 @@ pub struct Hdf5Writer {
     file: hdf5::File,
     vectors: hdf5::Dataset,
     output: Option<hdf5::Dataset>,
+    words: hdf5::Dataset,
+    /// Rows of `words` written so far (they are written in order).
+    words_written: usize,
+    rows: usize,
     dim: usize,
 }
 
@@ -74,21 +80,19 @@ fn write_attribute(file: &hdf5::File, key: &str, value: &serde_json::Value) -> h
 }
 
 impl Hdf5Writer {
-    /// Creates the file with its datasets, `words`, `counts` and the
-    /// provenance attributes; the matrices are filled by
-    /// [`Self::write_input`] and [`Self::write_output`].
+    /// Creates the file with its datasets, `counts` (one per row) and the
+    /// provenance attributes; `words` are written by [`Self::write_words`],
+    /// the matrices by [`Self::write_input`] and [`Self::write_output`].
     pub fn create(
         path: &Path,
-        words: &[String],
         counts: &[u64],
         dim: u32,
         output_vectors: bool,
         compress: Option<u8>,
         provenance: &Provenance,
     ) -> Result<Self, Error> {
-        debug_assert_eq!(words.len(), counts.len());
         let file = hdf5::File::create(path).map_err(h5_err(path, "create"))?;
-        let rows = words.len();
+        let rows = counts.len();
         let d = dim as usize;
         let vectors = matrix(&file, "vectors", rows, d, compress)
             .map_err(h5_err(path, "dataset `vectors`"))?;
@@ -100,18 +104,9 @@ impl Hdf5Writer {
         } else {
             None
         };
-        let words: Vec<VarLenUnicode> = words
-            .iter()
-            .map(|w| w.parse::<VarLenUnicode>())
-            .collect::<Result<_, _>>()
-            .map_err(|e| {
-                format_err(
-                    path,
-                    format!("a word cannot be stored as an HDF5 string: {e}"),
-                )
-            })?;
-        file.new_dataset_builder()
-            .with_data(&words)
+        let words = file
+            .new_dataset::<VarLenUnicode>()
+            .shape([rows])
             .create("words")
             .map_err(h5_err(path, "dataset `words`"))?;
         file.new_dataset_builder()
@@ -131,8 +126,41 @@ impl Hdf5Writer {
             file,
             vectors,
             output,
+            words,
+            words_written: 0,
+            rows,
             dim: d,
         })
+    }
+
+    /// Writes the next `words.len()` entries of `words` (rows
+    /// `words_written..`, in order).
+    pub fn write_words<'w>(
+        &mut self,
+        words: impl ExactSizeIterator<Item = &'w str>,
+    ) -> Result<(), Error> {
+        let start = self.words_written;
+        let end = start + words.len();
+        if end > self.rows {
+            return Err(format_err(
+                &self.path,
+                format!("{end} words for {} rows", self.rows),
+            ));
+        }
+        let block: Vec<VarLenUnicode> = words
+            .map(|w| w.parse::<VarLenUnicode>())
+            .collect::<Result<_, _>>()
+            .map_err(|e| {
+                format_err(
+                    &self.path,
+                    format!("a word cannot be stored as an HDF5 string: {e}"),
+                )
+            })?;
+        self.words
+            .write_slice(&block, s![start..end])
+            .map_err(h5_err(&self.path, format!("writing words {start}..{end}")))?;
+        self.words_written = end;
+        Ok(())
     }
 
     fn write(
@@ -166,17 +194,31 @@ impl Hdf5Writer {
         }
     }
 
+    /// Flushes the file; every row's word must have been written.
     pub fn finish(self) -> Result<PathBuf, Error> {
+        if self.words_written != self.rows {
+            return Err(format_err(
+                &self.path,
+                format!(
+                    "only {} of {} words were written",
+                    self.words_written, self.rows
+                ),
+            ));
+        }
         self.file.flush().map_err(h5_err(&self.path, "flush"))?;
         Ok(self.path)
     }
 }
 
-/// Reads `words` and `vectors`.
-pub(crate) fn read(path: &Path) -> Result<(Vec<String>, Array2<f32>), Error> {
-    let h5 = |what: &'static str| h5_err(path, what);
-    let file = hdf5::File::open(path).map_err(h5("open"))?;
-    let ds = file.dataset("vectors").map_err(h5("dataset `vectors`"))?;
+/// Entries of `words` read at a time: at most this many HDF5 strings are
+/// alive at once, whatever the vocabulary.
+const WORD_BLOCK: usize = 65_536;
+
+/// The `vectors` dataset and its shape [rows, dim].
+fn vectors_dataset(file: &hdf5::File, path: &Path) -> Result<(hdf5::Dataset, usize, usize), Error> {
+    let ds = file
+        .dataset("vectors")
+        .map_err(h5_err(path, "dataset `vectors`"))?;
     let shape = ds.shape();
     let [rows, dim] = shape[..] else {
         return Err(format_err(
@@ -184,25 +226,93 @@ pub(crate) fn read(path: &Path) -> Result<(Vec<String>, Array2<f32>), Error> {
             format!("dataset `vectors` has shape {shape:?}, expected [words, dim]"),
         ));
     };
-    let data: Vec<f32> = ds.read_raw().map_err(h5("reading `vectors`"))?;
-    let matrix = Array2::from_shape_vec((rows, dim), data)
-        .map_err(|e| format_err(path, format!("dataset `vectors`: {e}")))?;
-    let words: Vec<VarLenUnicode> = file
+    Ok((ds, rows, dim))
+}
+
+/// Hands every entry of `words` to `word`, in row order, reading
+/// [`WORD_BLOCK`] entries at a time; `words` must have `rows` entries.
+fn read_words(
+    file: &hdf5::File,
+    path: &Path,
+    rows: usize,
+    word: &mut impl FnMut(&str),
+) -> Result<(), Error> {
+    let ds = file
         .dataset("words")
-        .map_err(h5("dataset `words`"))?
-        .read_raw()
-        .map_err(h5("reading `words` (variable-length UTF-8 strings)"))?;
-    if words.len() != rows {
+        .map_err(h5_err(path, "dataset `words`"))?;
+    let shape = ds.shape();
+    if shape[..] != [rows] {
         return Err(format_err(
             path,
-            format!(
-                "dataset `words` has {} entries, `vectors` has {rows} rows",
-                words.len()
-            ),
+            format!("dataset `words` has shape {shape:?}, `vectors` has {rows} rows"),
         ));
     }
-    let words = words.iter().map(|w| w.as_str().to_owned()).collect();
+    for start in (0..rows).step_by(WORD_BLOCK) {
+        let end = (start + WORD_BLOCK).min(rows);
+        let block = ds
+            .read_slice_1d::<VarLenUnicode, _>(s![start..end])
+            .map_err(h5_err(
+                path,
+                format!("reading `words` {start}..{end} (variable-length UTF-8 strings)"),
+            ))?;
+        for w in &block {
+            word(w.as_str());
+        }
+    }
+    Ok(())
+}
+
+/// The byte offset of `vectors`' values in the file when they can be used in
+/// place: one contiguous run (not chunked, compact, virtual or external),
+/// unfiltered (not compressed), of native f32, with its storage allocated.
+fn in_place_offset(ds: &hdf5::Dataset) -> Option<u64> {
+    if ds.layout() != hdf5::dataset::Layout::Contiguous || !ds.filters().is_empty() {
+        return None;
+    }
+    if !ds.dtype().is_ok_and(|t| t.is::<f32>()) {
+        return None;
+    }
+    if !ds.dcpl().is_ok_and(|pl| pl.external().is_empty()) {
+        return None;
+    }
+    ds.offset()
+}
+
+/// Reads `words` and `vectors`.
+pub(crate) fn read(path: &Path) -> Result<(Vec<String>, Array2<f32>), Error> {
+    let file = hdf5::File::open(path).map_err(h5_err(path, "open"))?;
+    let (ds, rows, dim) = vectors_dataset(&file, path)?;
+    let mut words = Vec::with_capacity(rows);
+    read_words(&file, path, rows, &mut |w| words.push(w.to_owned()))?;
+    let matrix = read_matrix(&ds, path, rows, dim)?;
     Ok((words, matrix))
+}
+
+fn read_matrix(
+    ds: &hdf5::Dataset,
+    path: &Path,
+    rows: usize,
+    dim: usize,
+) -> Result<Array2<f32>, Error> {
+    let data: Vec<f32> = ds.read_raw().map_err(h5_err(path, "reading `vectors`"))?;
+    Array2::from_shape_vec((rows, dim), data)
+        .map_err(|e| format_err(path, format!("dataset `vectors`: {e}")))
+}
+
+/// Opens `path` for reading in place: `words` handed to `word` block by
+/// block, `vectors` mapped when [`in_place_offset`] allows, else read.
+pub(crate) fn open(path: &Path, word: &mut impl FnMut(&str)) -> Result<Rows, Error> {
+    let file = hdf5::File::open(path).map_err(h5_err(path, "open"))?;
+    let (ds, rows, dim) = vectors_dataset(&file, path)?;
+    read_words(&file, path, rows, word)?;
+    if rows > 0 && dim > 0 {
+        if let Some(offset) = in_place_offset(&ds) {
+            if let Some(mapped) = MappedRows::map(path, offset, rows, dim)? {
+                return Ok(Rows::Mapped(mapped));
+            }
+        }
+    }
+    Ok(Rows::Loaded(read_matrix(&ds, path, rows, dim)?))
 }
 
 /// Reads the root attributes back into a [`Provenance`] (attributes it does
@@ -278,8 +388,11 @@ mod tests {
             config_json: r#"{"params":{}}"#.into(),
         };
         let p = provenance(Some(training));
-        let mut w =
-            Hdf5Writer::create(&path, &words, &[9, 4], 3, true, Some(4), &p).expect("create");
+        let mut w = Hdf5Writer::create(&path, &[9, 4], 3, true, Some(4), &p).expect("create");
+        w.write_words(words[..1].iter().map(String::as_str))
+            .expect("word 0");
+        w.write_words(words[1..].iter().map(String::as_str))
+            .expect("word 1");
         w.write_input(0, &[1.0, 2.0, 3.0]).expect("row 0");
         w.write_input(1, &[4.0, 5.0, 6.0]).expect("row 1");
         w.write_output(0, &[0.5; 6]).expect("output");
@@ -342,11 +455,27 @@ mod tests {
     }
 
     #[test]
+    fn refuses_to_finish_with_words_missing_or_to_take_too_many() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("w.h5");
+        let mut w =
+            Hdf5Writer::create(&path, &[3, 2], 2, false, None, &provenance(None)).expect("create");
+        let e = w
+            .write_words(["a", "b", "c"].into_iter())
+            .expect_err("3 words for 2 rows");
+        assert!(e.to_string().contains("3 words for 2 rows"), "{e}");
+        w.write_words(["a"].into_iter()).expect("word 0");
+        let e = w.finish().expect_err("a word missing");
+        assert!(e.to_string().contains("only 1 of 2 words"), "{e}");
+    }
+
+    #[test]
     fn export_provenance_has_no_training_attributes() {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("e.h5");
         let p = provenance(None);
-        let w = Hdf5Writer::create(&path, &["a".into()], &[1], 3, false, None, &p).expect("create");
+        let mut w = Hdf5Writer::create(&path, &[1], 3, false, None, &p).expect("create");
+        w.write_words(["a"].into_iter()).expect("words");
         w.finish().expect("finish");
         let file = hdf5::File::open(&path).expect("open");
         let mut names = file.attr_names().expect("names");

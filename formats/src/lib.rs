@@ -3,7 +3,10 @@
 //! `words`, `counts`, optionally `output_vectors`, and the run's
 //! [`Provenance`] as root attributes), and the TensorBoard projector's TSV
 //! files ([`tsv`], write only). [`read_vectors`] tells the formats apart by
-//! content. Layouts are documented in docs/formats.md.
+//! content and loads a file whole; [`open_vectors`] is for large files: it
+//! hands the words over one by one and uses the rows of an uncompressed
+//! HDF5 file in place, from a read-only memory map ([`MappedRows`]).
+//! Layouts are documented in docs/formats.md.
 //!
 //! Row i of every file is word i. Words never contain ASCII whitespace, so the
 //! whitespace-separated formats need no escaping; a writer given such a word
@@ -13,14 +16,16 @@
 //! talk to shards, depend on the transport, or compute on the vectors.
 
 pub mod h5;
+mod mapped;
 mod out;
 pub mod provenance;
 pub mod tsv;
 mod vectors;
 pub mod word2vec;
 
+pub use mapped::MappedRows;
 pub use provenance::{Provenance, Training};
-pub use vectors::{read_vectors, Format, Vectors};
+pub use vectors::{open_vectors, read_vectors, Format, Opened, Rows, Vectors};
 
 use std::path::PathBuf;
 

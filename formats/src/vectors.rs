@@ -2,10 +2,11 @@
 //! signature, else a word2vec `V D` header), not by the file name. Rows keep
 //! the file's order, which is frequency order for Colonnade's outputs.
 
-use crate::{h5, word2vec, Error};
+use crate::{h5, word2vec, Error, MappedRows};
 use memmap2::Mmap;
-use ndarray::Array2;
+use ndarray::{Array2, ArrayView2};
 use std::fmt;
+use std::io::Read;
 use std::path::Path;
 
 /// The first 8 bytes of an HDF5 file (no user block).
@@ -67,6 +68,68 @@ pub fn read_vectors(path: &Path) -> Result<Vectors, Error> {
         format,
         words,
         matrix,
+    })
+}
+
+/// A vector file's rows as [`open_vectors`] gives them: in place, or read.
+#[derive(Debug)]
+pub enum Rows {
+    /// Used in place from a read-only map of the file (uncompressed HDF5).
+    Mapped(MappedRows),
+    /// Read into memory (compressed or chunked HDF5, word2vec files).
+    Loaded(Array2<f32>),
+}
+
+impl Rows {
+    /// [words, dim], as stored.
+    pub fn view(&self) -> ArrayView2<'_, f32> {
+        match self {
+            Rows::Mapped(m) => m.view(),
+            Rows::Loaded(a) => a.view(),
+        }
+    }
+
+    pub fn is_mapped(&self) -> bool {
+        matches!(self, Rows::Mapped(_))
+    }
+}
+
+/// A vector file opened by [`open_vectors`].
+#[derive(Debug)]
+pub struct Opened {
+    pub format: Format,
+    pub rows: Rows,
+}
+
+/// Opens `path` in whichever format it holds, for readers of large files:
+/// each word is handed to `word` in row order, without all of them ever
+/// being held as strings at once for HDF5 (read in blocks), and the rows
+/// are used in place when the file allows it ([`Rows::Mapped`]: HDF5 whose
+/// `vectors` are contiguous, uncompressed native f32), else read
+/// ([`Rows::Loaded`], as [`read_vectors`] reads them).
+pub fn open_vectors(path: &Path, mut word: impl FnMut(&str)) -> Result<Opened, Error> {
+    let mut signature = [0u8; HDF5_SIGNATURE.len()];
+    let mut file = fs_err::File::open(path)?;
+    let is_hdf5 = match file.read_exact(&mut signature) {
+        Ok(()) => signature == *HDF5_SIGNATURE,
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => false,
+        Err(e) => return Err(e.into()),
+    };
+    drop(file);
+    if is_hdf5 {
+        let rows = h5::open(path, &mut word)?;
+        return Ok(Opened {
+            format: Format::Hdf5,
+            rows,
+        });
+    }
+    let v = read_vectors(path)?;
+    for w in &v.words {
+        word(w);
+    }
+    Ok(Opened {
+        format: v.format,
+        rows: Rows::Loaded(v.matrix),
     })
 }
 
@@ -165,6 +228,42 @@ mod tests {
         let p = write(dir.path(), "junk", b"hello world\n");
         let msg = read_vectors(&p).expect_err("error").to_string();
         assert!(msg.contains("junk") && msg.contains("header"), "{msg}");
+    }
+
+    #[test]
+    fn open_maps_contiguous_hdf5_and_loads_the_rest() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        // More words than one block of `words` reads.
+        let rows = 70_000usize;
+        let words: Vec<String> = (0..rows).map(|i| format!("w{i}")).collect();
+        let values: Vec<f32> = (0..rows * 3).map(|i| i as f32 * 0.5 - 7.0).collect();
+        let txt = dir.path().join("v.txt");
+        let mut text = format!("{rows} 3\n");
+        for (w, r) in words.iter().zip(values.chunks(3)) {
+            text += &format!("{w} {} {} {}\n", r[0], r[1], r[2]);
+        }
+        fs_err::write(&txt, text).expect("write");
+        let mut opened = Vec::new();
+        for (name, compress) in [("plain.h5", None), ("deflated.h5", Some(4))] {
+            let path = dir.path().join(name);
+            let provenance = crate::Provenance::default();
+            let mut w =
+                h5::Hdf5Writer::create(&path, &vec![1; rows], 3, false, compress, &provenance)
+                    .expect("create");
+            w.write_words(words.iter().map(String::as_str))
+                .expect("words");
+            w.write_input(0, &values).expect("rows");
+            w.finish().expect("finish");
+            opened.push(path);
+        }
+        opened.push(txt);
+        for (path, mapped) in opened.iter().zip([true, false, false]) {
+            let mut got = Vec::new();
+            let o = open_vectors(path, |w| got.push(w.to_owned())).expect("open");
+            assert_eq!(o.rows.is_mapped(), mapped, "{}", path.display());
+            assert_eq!(got, words);
+            assert_eq!(o.rows.view().as_slice(), Some(&values[..]));
+        }
     }
 
     #[test]
