@@ -309,7 +309,8 @@ def run_gensim(args: argparse.Namespace, plain: Path, work: Path, seed: int = 1,
     log("gensim: training (log: %s)" % (work / f"{tag}.log"))
     proc = run_child(cmd, work / f"{tag}.log")
     if proc["returncode"] != 0:
-        raise SystemExit(f"gensim run failed (exit {proc['returncode']}):\n{tail(work / f'{tag}.log')}")
+        raise SystemExit(f"gensim run failed (exit {proc['returncode']}, after {proc['wall_seconds']:.0f} s, "
+                         f"peak RSS {proc['peak_rss_mb']:.0f} MB):\n{tail(work / f'{tag}.log')}")
     res = json.loads(result_path.read_text())
     res.update(proc)
     res["vectors"] = str(out)
