@@ -103,18 +103,23 @@ def one_size(args, words: int, root: Path) -> dict:
     flags = ["--size", args.size, "--window", 5, "--negative", 5, "--min-count", 1, "--sample", "1e-4",
              "--iter", 1, "--threads", args.threads, "--seed", 1]
     h5 = work / "embedded.h5"
-    step("train_embedded", [b, "train", "--encoded", enc, "--vocab", vocab, "--embedded-shards", 4, *flags,
-                            "--summary", work / "embedded.json", "--output", h5], work, r)
-    r["train_embedded"]["summary"] = summary_of(work / "embedded.json")
-    r["train_embedded"]["hdf5_write_seconds"] = log_value(work / "train_embedded.log", "written", "seconds")
-    c.log(f"embedded: {r['train_embedded']['summary']['words_per_second']:,.0f} words/s")
+    if not args.skip_embedded:
+        step("train_embedded", [b, "train", "--encoded", enc, "--vocab", vocab, "--embedded-shards", 4, *flags,
+                                "--summary", work / "embedded.json", "--output", h5], work, r)
+        r["train_embedded"]["summary"] = summary_of(work / "embedded.json")
+        r["train_embedded"]["hdf5_write_seconds"] = log_value(work / "train_embedded.log", "written", "seconds")
+        c.log(f"embedded: {r['train_embedded']['summary']['words_per_second']:,.0f} words/s")
     if not args.skip_cluster:
         r["cluster"] = cluster(args, words, work, enc, vocab, flags)
+        if args.skip_embedded:
+            h5 = work / "cluster.h5"  # eval what the cluster trained
     if not args.skip_eval:
         ev = step("eval_groups", [b, "eval", "--vectors", h5, "--groups", groups, "--group-queries", 100,
                                   "--json"], work, r)
         out = json.loads(_json_tail(work / "eval_groups.log"))
         ev["recall"] = {s["sample"]: s["recall"] for s in out["groups"]["samples"]}
+        ev["vectors"] = str(h5)
+        ev["mapped"] = "vectors mapped" in (work / "eval_groups.log").read_text(errors="replace")
         c.log(f"recall: {ev['recall']}")
     if not args.keep:
         for p in (corpus, h5, work / "cluster.h5"):
@@ -237,6 +242,8 @@ def main() -> int:
     p.add_argument("--memory-budget", default="4G")
     p.add_argument("--types-only", type=parse_count)
     p.add_argument("--skip-cluster", action="store_true")
+    p.add_argument("--skip-embedded", action="store_true",
+                   help="train over ps-shard processes only (eval then reads their export)")
     p.add_argument("--skip-eval", action="store_true")
     p.add_argument("--skip-part01", action="store_true")
     p.add_argument("--keep", action="store_true", help="keep the corpora and models")
@@ -259,11 +266,12 @@ def main() -> int:
                             for w in args.gensim_words.split(",") if w}
         base = report.get("part01", {}).get("train_part01", {}).get("summary", {}).get("words_per_second")
         for s in report["sizes"]:
-            wps = s["train_embedded"]["summary"]["words_per_second"]
-            s["embedded_over_part01"] = wps / base if base else None
+            if "train_embedded" in s:
+                wps = s["train_embedded"]["summary"]["words_per_second"]
+                s["embedded_over_part01"] = wps / base if base else None
         for w, g in report["gensim"].items():
             match = [s for s in report["sizes"] if s["words"] == parse_count(w)]
-            if match and "words_per_second" in g:
+            if match and "words_per_second" in g and "train_embedded" in match[0]:
                 g["colonnade_embedded_over_gensim"] = (
                     match[0]["train_embedded"]["summary"]["words_per_second"] / g["words_per_second"])
                 if "cluster" in match[0]:

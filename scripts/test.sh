@@ -7,6 +7,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# The tests need optimised code, not link-time optimisation: with thin LTO
+# every test binary re-generated the code of all its dependencies at link
+# time (rlibs are kept as bitcode), which made building the ~30 test and
+# binary targets take over 25 minutes on a 2-core machine. The same
+# settings for every step below, so nothing is compiled twice; the main job
+# and the benchmarks rebuild target/release with the workspace's profile.
+export CARGO_PROFILE_RELEASE_LTO=false
+export CARGO_PROFILE_RELEASE_DEBUG=false
+
 ./scripts/setup.sh
 cargo fmt --all -- --check
 # --release: the proc-macros and build scripts it compiles are then the same
