@@ -192,6 +192,7 @@ def part01(args, root: Path) -> dict:
 
 def gensim(args, words: int, root: Path) -> dict:
     work = root / f"v{words}"
+    work.mkdir(parents=True, exist_ok=True)
     corpus = work / "synth.txt"
     b = args.bin_dir / "colonnade"
     if not corpus.exists():
