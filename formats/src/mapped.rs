@@ -1,7 +1,8 @@
 //! Rows of a vector file used in place: the file mapped read-only and a
 //! contiguous run of native f32 values viewed as a [rows, dim] matrix, so a
 //! 20M × 100 matrix costs page cache (shared, evictable), not 8 GB of the
-//! process's own memory.
+//! process's own memory. The one place this crate maps a file
+//! ([`map_file`], also for parsing word2vec files).
 
 #![allow(
     unsafe_code,
@@ -12,6 +13,24 @@ use crate::Error;
 use memmap2::Mmap;
 use ndarray::ArrayView2;
 use std::path::Path;
+
+/// Maps `path` read-only; the error names the file.
+pub(crate) fn map_file(path: &Path) -> Result<Mmap, Error> {
+    let file = fs_err::File::open(path)?;
+    // SAFETY: the map is read-only and private to this process, but the
+    // file itself is not locked: another process that truncates or
+    // rewrites it while it is mapped makes the bytes change under us (or
+    // a read fault with SIGBUS past a truncation). That is the contract of
+    // every mapped reader (numpy's memmap, h5py's direct reads); vector
+    // files are written once and then only read.
+    let map = unsafe { Mmap::map(file.file()) }.map_err(|e| {
+        std::io::Error::new(
+            e.kind(),
+            format!("cannot map `{}` into memory: {e}", path.display()),
+        )
+    })?;
+    Ok(map)
+}
 
 /// A file's rows [rows, dim] of f32, read in place from a read-only map.
 pub struct MappedRows {
@@ -43,19 +62,7 @@ impl MappedRows {
         rows: usize,
         dim: usize,
     ) -> Result<Option<Self>, Error> {
-        let file = fs_err::File::open(path)?;
-        // SAFETY: the map is read-only and private to this process, but the
-        // file itself is not locked: another process that truncates or
-        // rewrites it while it is mapped makes the rows change under us (or
-        // a read fault with SIGBUS past a truncation). That is the contract of
-        // every mapped reader (numpy's memmap, h5py's direct reads); vector
-        // files are written once and then only read.
-        let map = unsafe { Mmap::map(file.file()) }.map_err(|e| {
-            std::io::Error::new(
-                e.kind(),
-                format!("cannot map `{}` into memory: {e}", path.display()),
-            )
-        })?;
+        let map = map_file(path)?;
         let bytes = rows
             .checked_mul(dim)
             .and_then(|n| n.checked_mul(size_of::<f32>()));

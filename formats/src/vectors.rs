@@ -2,8 +2,8 @@
 //! signature, else a word2vec `V D` header), not by the file name. Rows keep
 //! the file's order, which is frequency order for Colonnade's outputs.
 
+use crate::mapped::map_file;
 use crate::{h5, word2vec, Error, MappedRows};
-use memmap2::Mmap;
 use ndarray::{Array2, ArrayView2};
 use std::fmt;
 use std::io::Read;
@@ -42,21 +42,8 @@ pub struct Vectors {
 
 /// Reads `path` in whichever of the formats it holds. word2vec files are
 /// memory-mapped while they are parsed.
-#[allow(
-    unsafe_code,
-    reason = "memory-mapping a file is unsafe by API; see SAFETY below"
-)]
 pub fn read_vectors(path: &Path) -> Result<Vectors, Error> {
-    let file = fs_err::File::open(path)?;
-    // SAFETY: the map is read-only and lives only while this function
-    // parses it; like every reader of these files we assume nobody
-    // truncates or rewrites the file meanwhile.
-    let map = unsafe { Mmap::map(file.file()) }.map_err(|e| {
-        std::io::Error::new(
-            e.kind(),
-            format!("cannot map `{}` into memory: {e}", path.display()),
-        )
-    })?;
+    let map = map_file(path)?;
     let (format, words, matrix) = if map.starts_with(HDF5_SIGNATURE) {
         drop(map);
         let (words, matrix) = h5::read(path)?;
