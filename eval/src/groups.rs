@@ -14,27 +14,44 @@ use crate::similar::neighbours;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 
+/// A groups file as read: its text, and where each group's line lies in it
+/// (16 bytes a group, not a `String` a member: at 20M words the members as
+/// strings cost about 1 GB beside the 200 MB file).
 pub struct GroupSet {
     pub path: PathBuf,
-    pub groups: Vec<Vec<String>>,
+    text: String,
+    /// Byte range of each group's line (non-empty, not a `#` comment).
+    lines: Vec<std::ops::Range<usize>>,
 }
 
 impl GroupSet {
     pub fn load(path: &Path) -> Result<Self, EvalError> {
         let bytes = fs_err::read(path)?;
-        let mut groups = Vec::new();
-        for (i, line) in bytes.split(|b| *b == b'\n').enumerate() {
-            let line = std::str::from_utf8(line).map_err(|_| EvalError::Parse {
+        let text = String::from_utf8(bytes).map_err(|e| {
+            let at = e.utf8_error().valid_up_to();
+            let line = e.as_bytes()[..at].iter().filter(|b| **b == b'\n').count();
+            EvalError::Parse {
                 path: path.to_path_buf(),
-                line: i as u64 + 1,
+                line: line as u64 + 1,
                 msg: "not UTF-8".into(),
-            })?;
-            let members: Vec<String> = line.split_ascii_whitespace().map(str::to_owned).collect();
-            if !members.is_empty() && !line.starts_with('#') {
-                groups.push(members);
             }
+        })?;
+        Self::from_text(path, text)
+    }
+
+    /// Groups from a file's text (one group of words per line; empty lines
+    /// and lines starting with `#` are skipped).
+    pub fn from_text(path: &Path, text: String) -> Result<Self, EvalError> {
+        let mut lines = Vec::new();
+        let mut start = 0;
+        for line in text.split('\n') {
+            let end = start + line.len();
+            if !line.starts_with('#') && line.split_ascii_whitespace().next().is_some() {
+                lines.push(start..end);
+            }
+            start = end + 1;
         }
-        if groups.is_empty() {
+        if lines.is_empty() {
             return Err(EvalError::Empty {
                 path: path.to_path_buf(),
                 msg: "no groups (one line of words per group)".into(),
@@ -42,8 +59,23 @@ impl GroupSet {
         }
         Ok(Self {
             path: path.to_path_buf(),
-            groups,
+            text,
+            lines,
         })
+    }
+
+    /// How many groups.
+    pub fn len(&self) -> usize {
+        self.lines.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.lines.is_empty()
+    }
+
+    /// The members of group `i` (its line's words).
+    pub fn members(&self, i: usize) -> impl Iterator<Item = &str> + '_ {
+        self.text[self.lines[i].clone()].split_ascii_whitespace()
     }
 }
 
@@ -72,8 +104,7 @@ fn recall(emb: &Embeddings, set: &GroupSet, lines: &[usize], sample: &str) -> Sa
     let groups: Vec<Vec<u32>> = lines
         .iter()
         .map(|&l| {
-            set.groups[l]
-                .iter()
+            set.members(l)
                 .filter_map(|w| emb.id(w))
                 .collect::<Vec<u32>>()
         })
@@ -113,7 +144,7 @@ fn recall(emb: &Embeddings, set: &GroupSet, lines: &[usize], sample: &str) -> Sa
 
 /// Recall of the first `n` groups and of `n` groups spread over all lines.
 pub fn evaluate(emb: &Embeddings, set: &GroupSet, n: usize) -> GroupReport {
-    let all = set.groups.len();
+    let all = set.len();
     let n = n.min(all).max(1);
     let popular: Vec<usize> = (0..n).collect();
     let spread: Vec<usize> = (0..n)
@@ -149,13 +180,12 @@ mod tests {
         )
         .expect("shape");
         let emb = Embeddings::from_parts(Path::new("t"), colonnade_formats::Format::Hdf5, words, m);
-        let set = GroupSet {
-            path: "g".into(),
-            groups: vec![
-                vec!["a0".into(), "a1".into(), "a2".into()],
-                vec!["b0".into(), "b1".into(), "c".into(), "unknown".into()],
-            ],
-        };
+        let set = GroupSet::from_text(
+            Path::new("g"),
+            "# planted\na0 a1 a2\n\n  \nb0 b1\tc unknown\n".into(),
+        )
+        .expect("two groups");
+        assert_eq!(set.len(), 2);
         let r = recall(&emb, &set, &[0], "popular");
         assert_eq!((r.groups, r.queries), (1, 3));
         assert!((r.recall - 1.0).abs() < 1e-12, "{r:?}");
@@ -164,5 +194,19 @@ mod tests {
         let r = recall(&emb, &set, &[1], "spread");
         assert_eq!((r.groups, r.queries), (1, 3));
         assert!((r.recall - 1.0 / 3.0).abs() < 1e-12, "{r:?}");
+    }
+
+    #[test]
+    fn a_line_that_is_not_utf8_is_named() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("groups.txt");
+        fs_err::write(&path, b"a b\nc d\ne \xff f\n").expect("write");
+        match GroupSet::load(&path) {
+            Err(EvalError::Parse { path: p, line, msg }) => {
+                assert_eq!((p, line, msg.as_str()), (path, 3, "not UTF-8"));
+            }
+            Err(e) => panic!("wrong error: {e}"),
+            Ok(_) => panic!("accepted a file that is not UTF-8"),
+        }
     }
 }
