@@ -16,17 +16,24 @@ cd "$(dirname "$0")/.."
 export CARGO_PROFILE_RELEASE_LTO=false
 export CARGO_PROFILE_RELEASE_DEBUG=false
 
-./scripts/setup.sh
-cargo fmt --all -- --check
+# Each step's wall time goes to stderr, so a slow CI run says where it went.
+step() {
+  local start=$SECONDS
+  "$@"
+  echo "test.sh: $((SECONDS - start)) s: $*" >&2
+}
+
+step ./scripts/setup.sh
+step cargo fmt --all -- --check
 # --release: the proc-macros and build scripts it compiles are then the same
 # artifacts the release build below uses (a dev-profile clippy compiled them twice).
-cargo clippy --release --workspace --all-targets -- -D warnings
-cargo build --release --workspace --bins
-cargo nextest run --release --workspace --no-fail-fast
-COLONNADE_BIN_DIR="$PWD/target/release" .venv/bin/python -m pytest -q tests/python
+step cargo clippy --release --workspace --all-targets -- -D warnings
+step cargo build --release --workspace --bins
+step cargo nextest run --release --workspace --no-fail-fast
+COLONNADE_BIN_DIR="$PWD/target/release" step .venv/bin/python -m pytest -q --durations=15 tests/python
 if [ -x scripts/validate-deploy.sh ]; then
-  ./scripts/validate-deploy.sh
+  step ./scripts/validate-deploy.sh
 fi
 if [ -x scripts/compose-test.sh ]; then
-  ./scripts/compose-test.sh
+  step ./scripts/compose-test.sh
 fi

@@ -2,8 +2,7 @@
 //! shards hold; hostile and mistaken requests get the documented gRPC codes,
 //! name what is wrong and leave the shard's state untouched.
 
-mod common;
-
+use crate::common::{assemble, grpc_cluster as cluster, params, run, sample_corpus, vocab_of, DIM};
 use colonnade_client::shards::{create_model, model_spec, GrpcShard, GrpcShards};
 use colonnade_common::vocab::Vocab;
 use colonnade_exporter::cli::OutputArgs;
@@ -11,7 +10,6 @@ use colonnade_exporter::{discover, export, model_provenance};
 use colonnade_proto::v1::{self, AdjustRequest, DotprodRequest, Minibatch};
 use colonnade_proto::{encode_f16, encode_u32};
 use colonnade_ps_shard::{Matrix, SpawnedShard};
-use common::{assemble, grpc_cluster as cluster, params, run, sample_corpus, vocab_of, DIM};
 use std::sync::Arc;
 use std::time::Duration;
 use tonic::Code;

@@ -4,13 +4,11 @@
 //! minibatches (identity, seed, learning rate, words); only the Hogwild
 //! interleaving of their updates differs.
 
-mod common;
-
+use crate::common::{assemble, grpc_cluster, params, run, run_in_process, sample_corpus, vocab_of};
 use colonnade_client::train::{train, Progress, TrainParams};
 use colonnade_common::vocab::Vocab;
 use colonnade_proto::{CallError, Minibatch, MinibatchId, ModelShards};
 use colonnade_ps_shard::{InProcessShards, Matrix, ShardCore};
-use common::{assemble, grpc_cluster, params, run, run_in_process, sample_corpus, vocab_of};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
@@ -156,7 +154,7 @@ async fn stepped(
     let core = [Arc::new(ShardCore::new(None))];
     let mut spec = colonnade_client::shards::model_spec(
         &vocab.counts_only(),
-        common::DIM,
+        crate::common::DIM,
         p.negative,
         0.75,
         p.seed,
@@ -165,7 +163,7 @@ async fn stepped(
     let shard = colonnade_ps_shard::ShardSpec {
         model: spec.clone(),
         col_start: 0,
-        col_end: common::DIM,
+        col_end: crate::common::DIM,
     };
     core[0].create_model(shard, vocab.counts()).expect("create");
     let log = Arc::default();

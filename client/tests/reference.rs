@@ -26,8 +26,10 @@
 //! the reference counts the occurrences itself, and one test runs a
 //! head-heavy vocabulary where the cap bites.
 
-mod common;
-
+use crate::common::{
+    assemble, grpc_cluster, max_abs_diff, params, run, run_in_process, run_on_cores, sample_corpus,
+    vocab_of, DIM,
+};
 use colonnade_common::corpus::SentenceReader;
 use colonnade_common::init::init_input_row;
 use colonnade_common::sampler::AliasSampler;
@@ -35,10 +37,6 @@ use colonnade_common::seeds::{derive, Purpose};
 use colonnade_common::vocab::Vocab;
 use colonnade_ps_shard::plan::ROW_STEP_CAP;
 use colonnade_ps_shard::{Matrix, ShardCore};
-use common::{
-    assemble, grpc_cluster, max_abs_diff, params, run, run_in_process, run_on_cores, sample_corpus,
-    vocab_of, DIM,
-};
 use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::path::Path;
