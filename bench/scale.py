@@ -5,7 +5,8 @@ For each V in --words (default 1M,5M,20M), on a `colonnade synth` corpus of
 --tokens-per-word × V tokens (Zipf head, rare tail, planted groups):
 
   vocab (spilling, --memory-budget) → encode (4 parts) →
-  train --encoded, 4 embedded shards (create, one epoch, HDF5 export) →
+  train --encoded, 4 embedded shards (--embedded-shards; create, one
+  epoch, HDF5 export) →
   train --encoded over 4 `ps-shard` processes → colonnade export →
   eval --groups (planted recall)
 
@@ -104,7 +105,8 @@ def one_size(args, words: int, root: Path) -> dict:
              "--iter", 1, "--threads", args.threads, "--seed", 1]
     h5 = work / "embedded.h5"
     if not args.skip_embedded:
-        step("train_embedded", [b, "train", "--encoded", enc, "--vocab", vocab, "--embedded-shards", 4, *flags,
+        step("train_embedded", [b, "train", "--encoded", enc, "--vocab", vocab, "--embedded-shards", args.embedded_shards,
+                                *flags,
                                 "--summary", work / "embedded.json", "--output", h5], work, r)
         r["train_embedded"]["summary"] = summary_of(work / "embedded.json")
         r["train_embedded"]["hdf5_write_seconds"] = log_value(work / "train_embedded.log", "written", "seconds")
@@ -181,7 +183,7 @@ def part01(args, root: Path) -> dict:
         c.decompress(c.DEFAULT_CORPUS, plain)
     b = args.bin_dir / "colonnade"
     r: dict = {}
-    step("train_part01", [b, "train", "--corpus", plain, "--embedded-shards", 4, "--size", args.size, "--window", 5,
+    step("train_part01", [b, "train", "--corpus", plain, "--embedded-shards", args.embedded_shards, "--size", args.size, "--window", 5,
                           "--negative", 5, "--min-count", 5, "--sample", "1e-4", "--iter", 1, "--threads",
                           args.threads, "--seed", 1, "--summary", work / "s.json", "--output", work / "p.h5"],
          work, r)
@@ -242,6 +244,8 @@ def main() -> int:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--memory-budget", default="4G")
     p.add_argument("--types-only", type=parse_count)
+    p.add_argument("--embedded-shards", type=int, default=4,
+                   help="shards of the embedded runs, part 01's included (the cluster has 4 processes)")
     p.add_argument("--skip-cluster", action="store_true")
     p.add_argument("--skip-embedded", action="store_true",
                    help="train over ps-shard processes only (eval then reads their export)")
@@ -270,6 +274,9 @@ def main() -> int:
             if "train_embedded" in s:
                 wps = s["train_embedded"]["summary"]["words_per_second"]
                 s["embedded_over_part01"] = wps / base if base else None
+            if "cluster" in s:
+                wps = s["cluster"]["train_cluster"]["summary"]["words_per_second"]
+                s["cluster_over_part01"] = wps / base if base else None
         for w, g in report["gensim"].items():
             match = [s for s in report["sizes"] if s["words"] == parse_count(w)]
             if match and "words_per_second" in g and "train_embedded" in match[0]:
