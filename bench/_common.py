@@ -79,6 +79,30 @@ def proc_cpu_seconds(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
+def watch_status(pid: int, fields: tuple[str, ...], done) -> tuple[dict, threading.Thread]:
+    """Polls /proc/PID/status every 50 ms, until `done()` or the process is
+    gone, keeping the largest value (KiB) of each of `fields` (e.g. VmHWM,
+    RssAnon, RssFile). Returns the peaks (filled in as it runs) and the
+    polling thread, to join once the process has exited."""
+    peaks = dict.fromkeys(fields, 0)
+
+    def poll() -> None:
+        while not done():
+            try:
+                with open(f"/proc/{pid}/status", encoding="ascii") as f:
+                    for line in f:
+                        k = line.split(":", 1)[0]
+                        if k in peaks:
+                            peaks[k] = max(peaks[k], int(line.split()[1]))
+            except (OSError, ValueError):
+                return
+            time.sleep(0.05)
+
+    t = threading.Thread(target=poll, daemon=True)
+    t.start()
+    return peaks, t
+
+
 def run_child(args: list[str], log_path: Path, on_line=None) -> dict:
     """Runs a child to completion, streaming its stderr to `log_path` (and to
     `on_line(line, pid)`); returns exit code, wall seconds and the child's own
@@ -106,24 +130,10 @@ def run_child(args: list[str], log_path: Path, on_line=None) -> dict:
     # across the exec (Linux keeps the larger of the two), so small children
     # would all report this process's size: the child's own VmHWM (reset by
     # exec) is polled instead, the last reading before it exits.
-    hwm = [0]
     exited = threading.Event()
-
-    def poll_hwm() -> None:
-        while not exited.is_set():
-            try:
-                with open(f"/proc/{proc.pid}/status", encoding="ascii") as f:
-                    for line in f:
-                        if line.startswith("VmHWM:"):
-                            hwm[0] = max(hwm[0], int(line.split()[1]))
-            except (OSError, ValueError):
-                return
-            time.sleep(0.05)
-
     reader = threading.Thread(target=pump, daemon=True)
     reader.start()
-    poller = threading.Thread(target=poll_hwm, daemon=True)
-    poller.start()
+    hwm, poller = watch_status(proc.pid, ("VmHWM",), exited.is_set)
     os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)  # exited, not yet reaped
     exited.set()
     poller.join()
@@ -137,7 +147,7 @@ def run_child(args: list[str], log_path: Path, on_line=None) -> dict:
         "cpu_seconds": usage.ru_utime + usage.ru_stime,
         "user_seconds": usage.ru_utime,
         "sys_seconds": usage.ru_stime,
-        "peak_rss_mb": (hwm[0] or usage.ru_maxrss) / 1024.0,  # KiB
+        "peak_rss_mb": (hwm["VmHWM"] or usage.ru_maxrss) / 1024.0,  # KiB
         "ru_maxrss_mb": usage.ru_maxrss / 1024.0,
     }
 

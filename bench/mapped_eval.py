@@ -19,7 +19,6 @@ import argparse
 import json
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -73,22 +72,7 @@ def run_sampled(cmd: list[str], log: Path) -> dict:
     start = time.monotonic()
     with open(log, "wb") as logf:
         p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=logf)
-        peaks = {"RssAnon": 0, "RssFile": 0, "VmHWM": 0}
-
-        def sample() -> None:
-            while p.poll() is None:
-                try:
-                    with open(f"/proc/{p.pid}/status", encoding="ascii") as f:
-                        for line in f:
-                            k = line.split(":")[0]
-                            if k in peaks:
-                                peaks[k] = max(peaks[k], int(line.split()[1]))
-                except (OSError, ValueError):
-                    return
-                time.sleep(0.05)
-
-        t = threading.Thread(target=sample, daemon=True)
-        t.start()
+        peaks, t = c.watch_status(p.pid, ("RssAnon", "RssFile", "VmHWM"), lambda: p.poll() is not None)
         out, _ = p.communicate()
         t.join()
     if p.returncode != 0:

@@ -4,7 +4,9 @@
 //! minibatches (identity, seed, learning rate, words); only the Hogwild
 //! interleaving of their updates differs.
 
-use crate::common::{assemble, grpc_cluster, params, run, run_in_process, sample_corpus, vocab_of};
+use crate::common::{
+    assemble, grpc_cluster, params, run, run_in_process, sample_corpus, vocab_of, DIM,
+};
 use colonnade_client::train::{train, Progress, TrainParams};
 use colonnade_common::vocab::Vocab;
 use colonnade_proto::{CallError, Minibatch, MinibatchId, ModelShards};
@@ -152,18 +154,13 @@ async fn stepped(
     p.worker_index = worker;
     p.num_workers = workers;
     let core = [Arc::new(ShardCore::new(None))];
-    let mut spec = colonnade_client::shards::model_spec(
-        &vocab.counts_only(),
-        crate::common::DIM,
-        p.negative,
-        0.75,
-        p.seed,
-    );
+    let mut spec =
+        colonnade_client::shards::model_spec(&vocab.counts_only(), DIM, p.negative, 0.75, p.seed);
     spec.cbow = p.cbow;
     let shard = colonnade_ps_shard::ShardSpec {
         model: spec.clone(),
         col_start: 0,
-        col_end: crate::common::DIM,
+        col_end: DIM,
     };
     core[0].create_model(shard, vocab.counts()).expect("create");
     let log = Arc::default();
