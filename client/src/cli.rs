@@ -1256,16 +1256,29 @@ fn check_memory(
     embedded: bool,
 ) -> anyhow::Result<()> {
     let per_shard = shard_bytes(spec, shards as u32);
-    let total = per_shard.iter().fold(0u64, |a, &b| a.saturating_add(b));
+    let mut total = per_shard.iter().fold(0u64, |a, &b| a.saturating_add(b));
     let largest = per_shard.iter().copied().max().unwrap_or(0);
-    tracing::info!(
-        words = spec.vocab_size,
-        dim = spec.dim,
-        shards,
-        per_shard = %human_bytes(largest),
-        total = %human_bytes(total),
-        "memory estimate: 2 matrices x words x (columns x 4 + 4 bytes) + 16 bytes x words (sampler, counts) per shard"
-    );
+    if embedded {
+        // Embedded shards keep a row's slices side by side under one lock
+        // (`Siblings`): one 4-byte lock per row and matrix, not one per shard.
+        total = total.saturating_sub(8 * spec.vocab_size * (shards as u64).saturating_sub(1));
+        tracing::info!(
+            words = spec.vocab_size,
+            dim = spec.dim,
+            shards,
+            total = %human_bytes(total),
+            "memory estimate: 2 matrices x words x (dim x 4 + 4 bytes), shared by the embedded shards, + 16 bytes x words (sampler, counts) per shard"
+        );
+    } else {
+        tracing::info!(
+            words = spec.vocab_size,
+            dim = spec.dim,
+            shards,
+            per_shard = %human_bytes(largest),
+            total = %human_bytes(total),
+            "memory estimate: 2 matrices x words x (columns x 4 + 4 bytes) + 16 bytes x words (sampler, counts) per shard"
+        );
+    }
     if !embedded {
         return Ok(());
     }

@@ -13,7 +13,7 @@ use colonnade_proto::{
     connect, decode_f32_into, encode_f16, encode_u64, CallError, Minibatch, MinibatchId,
     ModelShards, ShardSpec,
 };
-use colonnade_ps_shard::SpawnedShard;
+use colonnade_ps_shard::{ShardCore, Siblings, SpawnedShard};
 use prost::Message;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -404,14 +404,19 @@ pub struct EmbeddedCluster {
 impl EmbeddedCluster {
     /// Starts `count` shards sharing `threads` cores: each gets
     /// ⌈threads / count⌉ compute threads, so the shards together do not
-    /// oversubscribe the machine the client also runs on.
+    /// oversubscribe the machine the client also runs on. They keep each
+    /// model's column slices side by side in one allocation ([`Siblings`]),
+    /// so that training in process visits each row once, not once per shard.
     pub async fn start(count: usize, threads: usize) -> anyhow::Result<Self> {
         let per_shard = threads.div_ceil(count.max(1)).max(1);
+        let siblings = Arc::new(Siblings::default());
         let mut shards = Vec::with_capacity(count);
         for _ in 0..count {
-            let shard = SpawnedShard::start(([127, 0, 0, 1], 0).into(), per_shard, None)
-                .await
-                .context("cannot start an embedded shard on 127.0.0.1")?;
+            let core = ShardCore::new(None).with_siblings(Arc::clone(&siblings));
+            let shard =
+                SpawnedShard::serve_core(([127, 0, 0, 1], 0).into(), per_shard, Arc::new(core))
+                    .await
+                    .context("cannot start an embedded shard on 127.0.0.1")?;
             shards.push(shard);
         }
         Ok(Self { shards })

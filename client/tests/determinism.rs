@@ -5,7 +5,8 @@
 //! interleaving of their updates differs.
 
 use crate::common::{
-    assemble, grpc_cluster, params, run, run_in_process, sample_corpus, vocab_of, DIM,
+    assemble, grpc_cluster, params, run, run_in_process, run_in_process_joined, sample_corpus,
+    vocab_of, DIM,
 };
 use colonnade_client::train::{train, Progress, TrainParams};
 use colonnade_common::vocab::Vocab;
@@ -65,6 +66,13 @@ async fn one_pipeline_gives_bit_identical_models() {
             grpc[0] == model_bits(&a, fp, v),
             "{shards} shard(s): over gRPC (windows on the wire, half-float weights) and in \
              process differ"
+        );
+        // Slices side by side in one allocation, stepped in one visit per
+        // row (what `--embedded-shards` does): still the same model.
+        let (_, joined, _) = run_in_process_joined(shards, &vocab, &corpus, &p).await;
+        assert!(
+            grpc[0] == model_bits(&joined, fp, v),
+            "{shards} shard(s): over gRPC and in process with shared rows differ"
         );
     }
     // Several minibatches per call: the same model over gRPC and in process,

@@ -108,14 +108,15 @@ pub trait ModelShards: Send + 'static {
     ) -> impl Future<Output = Result<(), CallError>> + Send;
 
     /// dotprod, weights and adjust of `mbs` in one visit of each row, where
-    /// the shards can weigh their own dot products: the only shard of a model
-    /// in this process holds whole vectors, so its dot products are final.
+    /// the shards can weigh their own dot products: the shards of a model in
+    /// this process hold whole vectors side by side (one shard, or slices
+    /// sharing one allocation), so the summed dot products are final.
     /// Each minibatch is stepped in turn with exactly the weights the two
     /// calls would apply (α × [`crate::scaled_weight`]); `dots` gets its dot
     /// products, pair-major, for the caller's loss and divergence checks. A
     /// dot product beyond [`crate::DIVERGED_DOT`] (or NaN) adds no update.
-    /// Returns false, touching nothing, where the shards cannot (several
-    /// column slices, or shards behind the wire): the caller then makes the
+    /// Returns false, touching nothing, where the shards cannot (column
+    /// slices in rows of their own, or shards behind the wire): the caller then makes the
     /// two calls.
     fn fused_step(
         &mut self,

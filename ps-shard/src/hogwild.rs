@@ -8,6 +8,14 @@
 //! slice they lend (a guard unlocks it, also on unwind). Rows do not overlap,
 //! so at any time a cell has at most one accessor: no data race, and the
 //! kernels see plain `&[f32]` / `&mut [f32]` that the compiler vectorizes.
+//! Views: a matrix may be a column range of rows it shares with other
+//! matrices ([`SharedRows`]): the in-process shards of one model keep their
+//! slices side by side in one allocation, so a row's slices share cache
+//! lines, pages and one lock. Every view of a row takes that row's one lock,
+//! and [`SharedRows::claim`] never gives a column to two views, so the
+//! argument above holds across views; the one exception,
+//! [`HogwildMatrix::whole`], is for a caller that holds every view and
+//! still locks each row it touches.
 //! A caller never holds two row locks at once (the closures get one row), so
 //! there is no lock-order deadlock. Minibatches still interleave freely
 //! between row accesses: that is the Hogwild approximation the algorithm
@@ -25,7 +33,7 @@
 //! briefly, then sleeps.
 //!
 //! Memory layout: each row is a 4-byte slot holding its lock, then its
-//! `cols` cells, so the lock shares the row's first cache line (a separate
+//! cells (all views' columns), so the lock shares the row's first cache line (a separate
 //! lock array cost one more cache miss per row visit). The rows live in an
 //! anonymous memory map advised for transparent huge pages (2 MiB, on Linux)
 //! and aligned to 2 MiB: rows are visited at random, and with 4 KiB pages
@@ -41,8 +49,10 @@
 
 use memmap2::MmapMut;
 use parking_lot::lock_api::RawMutex as _;
-use parking_lot::RawMutex;
+use parking_lot::{Mutex, RawMutex};
+use std::ops::Range;
 use std::ptr::NonNull;
+use std::sync::Arc;
 
 /// Gives the heap's free memory back to the system. glibc keeps large
 /// freed blocks in the process (its mmap threshold rises after the first
@@ -76,40 +86,57 @@ const HUGE_PAGE: usize = 2 << 20;
 /// Bytes of a row's lock slot (keeps the cells f32-aligned).
 const LOCK_SLOT: usize = 4;
 
-/// `rows × cols` f32 values, row-major, one lock per row.
-pub struct HogwildMatrix {
+/// The memory of `rows × width` cells and their row locks, shared by the
+/// views ([`HogwildMatrix`]) of its column ranges, and the ranges they claim.
+pub struct SharedRows {
     /// Owns the memory `base` points into; never touched directly.
     _map: MmapMut,
     /// Row 0's lock slot, 2 MiB-aligned; row `r` starts `r · stride` bytes on.
     base: NonNull<u8>,
     rows: usize,
-    cols: usize,
-    /// Bytes per row: the lock slot and `cols` cells.
+    width: usize,
+    /// Bytes per row: the lock slot and `width` cells.
     stride: usize,
+    /// The column ranges given out to views ([`SharedRows::claim`]):
+    /// never two views over one cell, unless made by [`HogwildMatrix::whole`].
+    claimed: Mutex<Vec<Range<usize>>>,
 }
 
-// SAFETY: cells are only reached through `with_row`/`with_row_mut`, which hold
-// the row's lock for as long as the lent slice lives (see the module docs);
-// the map they point into is owned by the matrix and moves with it.
+// SAFETY: the cells are only reached through a view's `with_row`/`with_row_mut`,
+// which hold the row's lock for as long as the lent slice lives (see the module
+// docs); the map `base` points into is owned here and moves with it.
+unsafe impl Sync for SharedRows {}
+// SAFETY: as above; nothing in it is tied to a thread.
+unsafe impl Send for SharedRows {}
+
+/// `rows × cols` f32 values, row-major, one lock per row: a view of columns
+/// `[col_offset, col_offset + cols)` of a [`SharedRows`] allocation, which other
+/// views of the same rows (the other column slices of in-process shards)
+/// may share; they then share the row locks too.
+pub struct HogwildMatrix {
+    rows_of: Arc<SharedRows>,
+    /// `rows_of.base`, copied out of the `Arc` for the hot loops.
+    base: NonNull<u8>,
+    rows: usize,
+    stride: usize,
+    /// Bytes from a row's first byte (its lock) to this view's first cell.
+    cells_at: usize,
+    col_offset: usize,
+    cols: usize,
+}
+
+// SAFETY: as for `SharedRows`: a view only reaches cells through its row-locked
+// accessors.
 unsafe impl Sync for HogwildMatrix {}
-// SAFETY: as above; nothing in the matrix is tied to a thread.
+// SAFETY: as above.
 unsafe impl Send for HogwildMatrix {}
 
-/// Unlocks a row when dropped, so a panicking closure cannot leave it locked.
-struct Unlock<'a>(&'a RawMutex);
-
-impl Drop for Unlock<'_> {
-    #[inline(always)]
-    fn drop(&mut self) {
-        // SAFETY: created only right after `lock()` on this mutex, by this thread.
-        unsafe { self.0.unlock() }
-    }
-}
-
-impl HogwildMatrix {
-    /// A matrix of zeros. Fails when the memory cannot be mapped.
-    pub fn zeroed(rows: usize, cols: usize) -> std::io::Result<Self> {
-        let stride = cols
+impl SharedRows {
+    /// Zeroed rows of `width` columns of which no view holds any yet: each
+    /// column range is taken with [`SharedRows::claim`]. Fails when the
+    /// memory cannot be mapped.
+    pub fn zeroed(rows: usize, width: usize) -> std::io::Result<Arc<Self>> {
+        let stride = width
             .checked_mul(4)
             .and_then(|c| c.checked_add(LOCK_SLOT))
             .filter(|&s| {
@@ -119,7 +146,7 @@ impl HogwildMatrix {
         let stride = stride.ok_or_else(|| {
             std::io::Error::new(
                 std::io::ErrorKind::OutOfMemory,
-                format!("{rows} × {cols} cells do not fit in the address space"),
+                format!("{rows} × {width} cells do not fit in the address space"),
             )
         })?;
         let mut map = MmapMut::map_anon(rows * stride + HUGE_PAGE)?;
@@ -140,26 +167,100 @@ impl HogwildMatrix {
                     .write(RawMutex::INIT)
             };
         }
-        Ok(Self {
+        Ok(Arc::new(Self {
             _map: map,
             base,
             rows,
-            cols,
+            width,
             stride,
-        })
+            claimed: Mutex::new(Vec::new()),
+        }))
+    }
+
+    /// A view of columns `cols`, if no view holds any of them yet (a range
+    /// is given out once, for good) and they are within the width.
+    pub fn claim(self: &Arc<Self>, cols: Range<usize>) -> Option<HogwildMatrix> {
+        if cols.is_empty() || cols.end > self.width {
+            return None;
+        }
+        let mut claimed = self.claimed.lock();
+        if claimed
+            .iter()
+            .any(|c| c.start < cols.end && cols.start < c.end)
+        {
+            return None;
+        }
+        claimed.push(cols.clone());
+        Some(HogwildMatrix::view(Arc::clone(self), cols))
+    }
+
+    /// (rows, width).
+    pub fn shape(&self) -> (usize, usize) {
+        (self.rows, self.width)
+    }
+}
+
+/// Unlocks a row when dropped, so a panicking closure cannot leave it locked.
+struct Unlock<'a>(&'a RawMutex);
+
+impl Drop for Unlock<'_> {
+    #[inline(always)]
+    fn drop(&mut self) {
+        // SAFETY: created only right after `lock()` on this mutex, by this thread.
+        unsafe { self.0.unlock() }
+    }
+}
+
+impl HogwildMatrix {
+    /// A matrix of zeros. Fails when the memory cannot be mapped.
+    pub fn zeroed(rows: usize, cols: usize) -> std::io::Result<Self> {
+        let rows_of = SharedRows::zeroed(rows, cols)?;
+        rows_of.claimed.lock().push(0..cols);
+        Ok(Self::view(rows_of, 0..cols))
+    }
+
+    fn view(rows_of: Arc<SharedRows>, cols: Range<usize>) -> Self {
+        Self {
+            base: rows_of.base,
+            rows: rows_of.rows,
+            stride: rows_of.stride,
+            cells_at: LOCK_SLOT + 4 * cols.start,
+            col_offset: cols.start,
+            cols: cols.len(),
+            rows_of,
+        }
+    }
+
+    /// A view of every column of the rows this view shares, over the cells
+    /// of the other views too: for a caller that holds all of them (the
+    /// in-process shards of one model, stepping a minibatch in one visit per
+    /// row). The row locks still make every access exclusive.
+    pub(crate) fn whole(&self) -> Self {
+        let width = self.rows_of.width;
+        Self::view(Arc::clone(&self.rows_of), 0..width)
+    }
+
+    /// Whether `self` and `other` are views of the same rows.
+    pub fn same_rows(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.rows_of, &other.rows_of)
     }
 
     /// A matrix whose row `r` is filled by `init(r, row)`.
     pub fn new(
         rows: usize,
         cols: usize,
-        mut init: impl FnMut(usize, &mut [f32]),
+        init: impl FnMut(usize, &mut [f32]),
     ) -> std::io::Result<Self> {
         let m = Self::zeroed(rows, cols)?;
-        for r in 0..rows {
-            m.with_row_mut(r, |row| init(r, row));
-        }
+        m.fill_rows(init);
         Ok(m)
+    }
+
+    /// Sets row `r` of this view to `init(r, row)`, for every row.
+    pub fn fill_rows(&self, mut init: impl FnMut(usize, &mut [f32])) {
+        for r in 0..self.rows {
+            self.with_row_mut(r, |row| init(r, row));
+        }
     }
 
     pub fn rows(&self) -> usize {
@@ -170,8 +271,16 @@ impl HogwildMatrix {
         self.cols
     }
 
+    /// The first column of the shared rows this view holds.
+    pub fn col_offset(&self) -> usize {
+        self.col_offset
+    }
+
+    /// Bytes this view holds: its cells, and the row locks for the view of
+    /// the first columns (a lock serves every view of a row).
     pub fn memory_bytes(&self) -> usize {
-        self.rows * self.stride
+        let locks = if self.col_offset == 0 { LOCK_SLOT } else { 0 };
+        self.rows * (self.cols * 4 + locks)
     }
 
     /// Row `row`'s first byte (its lock). Panics if `row` is out of range.
@@ -186,26 +295,33 @@ impl HogwildMatrix {
         unsafe { self.base.add(row * self.stride) }
     }
 
-    /// Hints the CPU to start loading row `row` (lock and cells) into cache.
-    /// Never faults and changes nothing; a no-op off x86-64. Panics if `row`
-    /// is out of range.
+    /// Hints the CPU to start loading row `row` (its lock and this view's
+    /// cells) into cache. Never faults and changes nothing; a no-op off
+    /// x86-64. Panics if `row` is out of range.
     #[inline(always)]
     pub fn prefetch_row(&self, row: usize) {
         let start = self.row_start(row);
         #[cfg(target_arch = "x86_64")]
         {
             use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-            // One hint per 64-byte line the row touches: the lock first, its
+            // One hint per 64-byte line the view touches: the lock first, its
             // compare-exchange cannot start before the line arrives.
-            let first = start.as_ptr() as usize;
-            let last = first + self.stride - 1;
-            let mut line = first & !63;
-            while line <= last {
-                let p = start.as_ptr().wrapping_add(line.max(first) - first);
+            let lock = start.as_ptr() as usize;
+            let first = lock + self.cells_at;
+            let last = first + self.cols * 4 - 1;
+            let hint = |addr: usize| {
+                let p = start.as_ptr().wrapping_add(addr - lock);
                 // SAFETY: SSE is part of the x86-64 baseline, and a prefetch
                 // of any address (here one inside the row) has no observable
                 // effect.
                 unsafe { _mm_prefetch::<_MM_HINT_T0>(p.cast::<i8>().cast_const()) };
+            };
+            hint(lock);
+            let mut line = first & !63;
+            while line <= last {
+                if line != lock & !63 {
+                    hint(line.max(first));
+                }
                 line += 64;
             }
         }
@@ -230,13 +346,17 @@ impl HogwildMatrix {
         let lock = unsafe { start.cast::<RawMutex>().as_ref() };
         lock.lock();
         let _unlock = Unlock(lock);
-        // SAFETY: the row's `cols` cells follow its 4-byte lock slot inside the
-        // map, f32-aligned (base and stride are multiples of 4) and
-        // initialized. The row lock is held until `_unlock` drops, after `f`
-        // returns, and every access to these cells goes through this function,
-        // so this is the only reference to them.
+        // SAFETY: this view's `cols` cells lie `cells_at` bytes into the row,
+        // inside the map and its `width` cells, f32-aligned (base, stride and
+        // `cells_at` are multiples of 4) and initialized. The row lock, which
+        // every view of these rows takes, is held until `_unlock` drops,
+        // after `f` returns, and every access to the cells goes through this
+        // function, so this is the only reference to them.
         let row = unsafe {
-            std::slice::from_raw_parts_mut(start.add(LOCK_SLOT).cast::<f32>().as_ptr(), self.cols)
+            std::slice::from_raw_parts_mut(
+                start.add(self.cells_at).cast::<f32>().as_ptr(),
+                self.cols,
+            )
         };
         f(row)
     }

@@ -4,11 +4,14 @@
 //! thread. Nothing is encoded, and the targets are drawn once per minibatch
 //! for all shards (every shard of a model draws the same ones from the
 //! minibatch seed); the handle keeps them from `dotprod` for its `adjust`.
-//! One shard (the default) holds whole vectors: it weighs its own dot
-//! products and steps each minibatch in one visit per row
-//! ([`ModelShards::fused_step`]), the same model bit for bit.
+//! When the shards hold whole vectors side by side (one shard, the
+//! default, or the shards of an embedded cluster, whose slices of each row
+//! share one allocation: [`crate::model::Siblings`]), the handle sums and
+//! weighs the dot products itself and steps each minibatch in one visit per
+//! row ([`ModelShards::fused_step`], [`Joined`]), the same model bit for bit
+//! as calling each shard.
 
-use crate::model::{Model, Scratch};
+use crate::model::{Joined, Model, Scratch};
 use crate::plan::Targets;
 use crate::registry::ShardCore;
 use colonnade_proto::{CallError, Minibatch, ModelShards, ShardError};
@@ -17,6 +20,8 @@ use std::sync::Arc;
 /// One pipeline's handle on the in-process shards of a model, in shard order.
 pub struct InProcessShards {
     models: Arc<[Arc<Model>]>,
+    /// The models joined, when they hold whole vectors side by side.
+    joined: Option<Arc<Joined>>,
     /// Per minibatch of the last `dotprod`: its targets, for its `adjust`.
     targets: Vec<Targets>,
     /// The targets of the minibatch a fused step is on.
@@ -49,6 +54,7 @@ impl InProcessShards {
             })
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Self {
+            joined: Joined::of(&models).map(Arc::new),
             models: models.into(),
             targets: Vec::new(),
             fused_targets: Targets::default(),
@@ -73,6 +79,7 @@ impl ModelShards for InProcessShards {
     fn pipeline(&self) -> Self {
         Self {
             models: Arc::clone(&self.models),
+            joined: self.joined.clone(),
             targets: Vec::new(),
             fused_targets: Targets::default(),
             scratch: Scratch::default(),
@@ -139,25 +146,27 @@ impl ModelShards for InProcessShards {
         Ok(())
     }
 
-    /// One shard holds whole vectors: each minibatch in one visit per row
-    /// ([`Model::fused`]). Several shards split them: false.
+    /// The shards hold whole vectors side by side ([`Joined`]): each
+    /// minibatch in one visit per row. Else (shards with rows of their
+    /// own): false.
     async fn fused_step(
         &mut self,
         mbs: &[Minibatch],
         dots: &mut Vec<f32>,
     ) -> Result<bool, CallError> {
-        let [model] = &*self.models else {
+        let Some(joined) = &self.joined else {
             return Ok(false);
         };
         // A later `adjust` must not take these targets for a `dotprod`'s.
         self.targets.clear();
         let mut targets = std::mem::take(&mut self.fused_targets);
         dots.clear();
+        let model = &self.models[0];
         for mb in mbs {
             model
                 .draw_targets(mb, &mut targets)
-                .and_then(|()| model.fused(mb, &targets, &mut self.scratch, &mut self.part))
-                .map_err(|e| self.failed(0, "train", e))?;
+                .and_then(|()| joined.fused(mb, &targets, &mut self.scratch, &mut self.part))
+                .map_err(|e| CallError::from_shard(&name(0), 0, self.models.len(), "train", e))?;
             dots.extend_from_slice(&self.part);
         }
         self.fused_targets = targets;

@@ -5,7 +5,8 @@
 //! out for export.
 //!
 //! Layout, by data: [`hogwild`] is the only shared mutable state (a lock per
-//! row, with its safety argument); [`plan`] draws and groups a minibatch's
+//! row, with its safety argument; the shards of one process may keep a
+//! model's slices side by side in one allocation, [`model::Siblings`]); [`plan`] draws and groups a minibatch's
 //! targets; [`loops`] are the two SIMD loops over a plan; [`model`] is one
 //! model's slice and its operations; [`registry`] the models a shard holds;
 //! [`service`] the thin tonic adapter (which pairs a `dotprod` with its
@@ -32,6 +33,7 @@ pub mod server;
 pub mod service;
 
 pub use crate::in_process::InProcessShards;
+pub use crate::model::Siblings;
 pub use crate::registry::{Created, ShardCore};
 pub use crate::server::{serve, ServeOptions, SpawnedShard};
 pub use colonnade_proto::{Matrix, ShardError, ShardSpec};

@@ -300,12 +300,18 @@ pub(crate) struct FusedSteps<'a> {
     pub u_delta: &'a mut [f32],
     /// Scratch: one output row's accumulated Δv.
     pub v_delta: &'a mut [f32],
+    /// Where each shard's columns end, in shard order (the last is `cols`):
+    /// a dot product is the sum of the shards' partial ones, in shard
+    /// order, as a client sums them.
+    pub ends: &'a [usize],
 }
 
-/// [`dotprod_loop`], the weights and [`adjust_loop`] of a minibatch on a
-/// shard that holds whole vectors (its dot products are final), in one
-/// visit per output row. Bit for bit what the two loops give with the
-/// client's weights in between: a row's dot products read u as the call
+/// [`dotprod_loop`], the weights and [`adjust_loop`] of a minibatch on
+/// whole vectors (one shard's, or the column slices of in-process shards
+/// side by side, `ends` marking them: the summed dot products are final),
+/// in one visit per output row. Bit for bit what the two loops give on
+/// each shard with the client's weights (from the summed partial dot
+/// products) in between: a row's dot products read u as the call
 /// found it (`u_rows`) and the row before its own update, as `dotprod` did
 /// (each row is visited once, and u is updated after all rows); the same
 /// kernels compute them. A dot product beyond [`DIVERGED_DOT`] (or NaN)
@@ -330,9 +336,9 @@ pub(crate) fn fused_loop<'a>(work: Work<'a>, steps: FusedSteps<'a>) {
         weights,
         u_delta,
         v_delta,
+        ends,
     } = steps;
     let a = Portable; // as in adjust_loop
-    let cols = u.cols();
     read_input_rows(u, inputs, contexts, u_rows);
     let u_rows = &*u_rows;
     // The closures stay in this function: closures inherit the clone's
@@ -345,8 +351,8 @@ pub(crate) fn fused_loop<'a>(work: Work<'a>, steps: FusedSteps<'a>) {
         v.with_row(x, |row| {
             match_target! {
                 // SAFETY: this arm is compiled only into clones for CPUs with AVX.
-                "x86_64+avx" => run_dots(unsafe { Avx::new_unchecked() }, run, u_rows, cols, row, dots),
-                _ => run_dots(Portable, run, u_rows, cols, row, dots),
+                "x86_64+avx" => run_dots(unsafe { Avx::new_unchecked() }, run, u_rows, ends, row, dots),
+                _ => run_dots(Portable, run, u_rows, ends, row, dots),
             }
         });
         for &(t, _) in run {
@@ -364,18 +370,28 @@ pub(crate) fn fused_loop<'a>(work: Work<'a>, steps: FusedSteps<'a>) {
     add_input_deltas(u, inputs, contexts, u_delta, input_scale);
 }
 
-/// The dot products of one output row's run, with `k` (as [`dotprod_body`]).
+/// The dot products of one output row's run, with `k` (as [`dotprod_body`]):
+/// per shard's columns (`ends`), its partial dot product, summed in shard
+/// order.
 #[inline(always)]
 fn run_dots<K: Simd>(
     k: K,
     run: &[(u32, u32)],
     u_rows: &[f32],
-    cols: usize,
+    ends: &[usize],
     row: &[f32],
     dots: &mut [f32],
 ) {
+    let cols = row.len();
     for &(t, p) in run {
-        let p = p as usize;
-        dots[t as usize] = k.dot(&u_rows[p * cols..(p + 1) * cols], row);
+        let u = &u_rows[p as usize * cols..(p as usize + 1) * cols];
+        let (&first, rest) = ends.split_first().unwrap_or((&cols, &[]));
+        let mut dot = k.dot(&u[..first], &row[..first]);
+        let mut start = first;
+        for &end in rest {
+            dot += k.dot(&u[start..end], &row[start..end]);
+            start = end;
+        }
+        dots[t as usize] = dot;
     }
 }

@@ -4,15 +4,17 @@
 //! for export. Every minibatch is validated completely before any state is
 //! touched, so a rejected request leaves the model unchanged.
 
-use crate::hogwild::HogwildMatrix;
+use crate::hogwild::{HogwildMatrix, SharedRows};
 use crate::loops::{adjust_loop, dotprod_loop, fused_loop, Contexts, FusedSteps, Steps, Work};
 use crate::plan::Targets;
 use colonnade_common::init::init_input_row;
 use colonnade_common::sampler::AliasSampler;
 use colonnade_proto::domain::invalid_argument as invalid;
 use colonnade_proto::{Matrix, Minibatch, ShardError, ShardSpec};
+use std::collections::HashMap;
+use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 #[derive(Default)]
 pub struct ModelStats {
@@ -61,6 +63,18 @@ impl Model {
 
     /// The initial state (version 0) under `lineage`.
     pub fn initial(spec: ShardSpec, counts: Arc<[u64]>, lineage: u64) -> Result<Self, ShardError> {
+        Self::initial_in(spec, counts, lineage, None)
+    }
+
+    /// [`Model::initial`], its matrices views of rows shared with the other
+    /// in-process shards of the model when `siblings` is given (and their
+    /// columns are free there; else its own).
+    pub fn initial_in(
+        spec: ShardSpec,
+        counts: Arc<[u64]>,
+        lineage: u64,
+        siblings: Option<&Siblings>,
+    ) -> Result<Self, ShardError> {
         spec.validate()?;
         if counts.len() as u64 != spec.model.vocab_size {
             return Err(invalid(format!(
@@ -83,13 +97,29 @@ impl Model {
                 (rows as u64).saturating_mul(cols as u64 * 4)
             ))
         };
-        let u = HogwildMatrix::new(rows, cols, |r, row| {
-            init_input_row(seed, dim, r as u64, col_start, row)
-        })
-        .map_err(no_memory)?;
-        let v = HogwildMatrix::zeroed(rows, cols).map_err(no_memory)?;
+        let fingerprint = spec.model.fingerprint();
+        let shared = match siblings {
+            Some(s) => s
+                .matrices(
+                    fingerprint,
+                    rows,
+                    dim as usize,
+                    spec.col_start as usize..spec.col_end as usize,
+                )
+                .map_err(no_memory)?,
+            None => None,
+        };
+        let (u, v) = match shared {
+            Some(pair) => pair,
+            None => (
+                HogwildMatrix::zeroed(rows, cols).map_err(no_memory)?,
+                HogwildMatrix::zeroed(rows, cols).map_err(no_memory)?,
+            ),
+        };
+        // v stays zero, as its fresh columns are.
+        u.fill_rows(|r, row| init_input_row(seed, dim, r as u64, col_start, row));
         Ok(Self {
-            fingerprint: spec.model.fingerprint(),
+            fingerprint,
             spec,
             u,
             v,
@@ -210,18 +240,7 @@ impl Model {
     }
 
     fn work<'a>(&'a self, mb: &'a Minibatch, t: &'a Targets, u_rows: &'a mut [f32]) -> Work<'a> {
-        Work {
-            u: &self.u,
-            v: &self.v,
-            inputs: &mb.inputs,
-            contexts: mb.cbow.then_some(Contexts {
-                counts: &mb.context_counts,
-                words: &mb.outputs,
-            }),
-            plan: &t.plan,
-            groups: &t.groups,
-            u_rows,
-        }
+        work(&self.u, &self.v, mb, t, u_rows)
     }
 
     /// Applies Δu_s(w_I) += G·v_s(x) and Δv_s(x) += G·u_s(w_I) for every dot
@@ -276,56 +295,6 @@ impl Model {
         Ok(())
     }
 
-    /// [`Self::dotprod`], the weights and [`Self::adjust`] of `mb` in one
-    /// visit per row, on a shard that holds whole vectors (all `dim`
-    /// columns: its dot products are final), weighing them as a client
-    /// would (α × [`colonnade_proto::scaled_weight`]); `dots` gets them,
-    /// pair-major. Bit for bit the two calls with the client's weights in
-    /// between (`client/tests/determinism.rs` compares it with shards over
-    /// gRPC). Refused on a column slice.
-    pub fn fused(
-        &self,
-        mb: &Minibatch,
-        targets: &Targets,
-        s: &mut Scratch,
-        dots: &mut Vec<f32>,
-    ) -> Result<(), ShardError> {
-        self.check_targets(mb, targets)?;
-        let cols = self.spec.cols();
-        if cols != self.spec.model.dim as usize {
-            return Err(ShardError::FailedPrecondition(format!(
-                "a fused step needs whole vectors; this shard holds columns {}..{} of {}",
-                self.spec.col_start, self.spec.col_end, self.spec.model.dim
-            )));
-        }
-        s.u_rows.resize(mb.inputs.len() * cols, 0.0);
-        s.u_delta.clear();
-        s.u_delta.resize(mb.inputs.len() * cols, 0.0);
-        s.v_delta.resize(cols, 0.0);
-        dots.clear();
-        dots.resize(targets.len(), 0.0);
-        s.weights.resize(targets.len(), 0.0);
-        fused_loop(
-            self.work(mb, targets, &mut s.u_rows),
-            FusedSteps {
-                alpha: mb.alpha,
-                per_pair: self.negative() + 1,
-                input_scale: &targets.input_scale,
-                cap: targets.cap,
-                dots,
-                weights: &mut s.weights,
-                u_delta: &mut s.u_delta,
-                v_delta: &mut s.v_delta,
-            },
-        );
-        self.stats.dotprod_calls.fetch_add(1, Relaxed);
-        self.stats.adjust_calls.fetch_add(1, Relaxed);
-        self.stats
-            .pairs_adjusted
-            .fetch_add(mb.pairs() as u64, Relaxed);
-        Ok(())
-    }
-
     /// Overwrites rows from `start` of one matrix with `values` (whole rows,
     /// this shard's columns, row-major): loading a checkpoint.
     pub fn write_rows(&self, matrix: Matrix, start: u64, values: &[f32]) -> Result<(), ShardError> {
@@ -373,6 +342,168 @@ impl Model {
         out.resize((end - start) as usize * cols, 0.0);
         for (i, row) in (start..end).enumerate() {
             m.read_row(row as usize, &mut out[i * cols..(i + 1) * cols]);
+        }
+        Ok(())
+    }
+}
+
+/// What the loops read of a validated minibatch and its plan.
+fn work<'a>(
+    u: &'a HogwildMatrix,
+    v: &'a HogwildMatrix,
+    mb: &'a Minibatch,
+    t: &'a Targets,
+    u_rows: &'a mut [f32],
+) -> Work<'a> {
+    Work {
+        u,
+        v,
+        inputs: &mb.inputs,
+        contexts: mb.cbow.then_some(Contexts {
+            counts: &mb.context_counts,
+            words: &mb.outputs,
+        }),
+        plan: &t.plan,
+        groups: &t.groups,
+        u_rows,
+    }
+}
+
+/// The shards of one process (`colonnade train --embedded-shards`) keep each
+/// model's column slices side by side in one allocation per matrix: a row's
+/// slices then share cache lines, pages and one lock, and [`Joined`] steps a
+/// minibatch in one visit per row across them. Each shard's model is a view
+/// of its columns ([`SharedRows::claim`]); the memory goes when the last
+/// view does.
+#[derive(Default)]
+pub struct Siblings {
+    /// Per model fingerprint: its u and v rows, while any view holds them.
+    models: parking_lot::Mutex<HashMap<u64, SharedPair>>,
+}
+
+/// A model's u and v rows, held by its shards' views.
+type SharedPair = (Weak<SharedRows>, Weak<SharedRows>);
+
+impl Siblings {
+    /// Views of columns `cols` of model `fingerprint`'s u and v (`rows` ×
+    /// `width`, zero), shared with its other shards in this process; `None`
+    /// when a view already holds one of these columns (a shard that dropped
+    /// the model and creates it again): that shard then keeps its own.
+    pub fn matrices(
+        &self,
+        fingerprint: u64,
+        rows: usize,
+        width: usize,
+        cols: Range<usize>,
+    ) -> std::io::Result<Option<(HogwildMatrix, HogwildMatrix)>> {
+        let mut models = self.models.lock();
+        models.retain(|_, (u, v)| u.strong_count() > 0 && v.strong_count() > 0);
+        let held = models
+            .get(&fingerprint)
+            .and_then(|(u, v)| Some((u.upgrade()?, v.upgrade()?)))
+            .filter(|(u, v)| u.shape() == (rows, width) && v.shape() == (rows, width));
+        let (u, v) = match held {
+            Some(pair) => pair,
+            None => {
+                let pair = (
+                    SharedRows::zeroed(rows, width)?,
+                    SharedRows::zeroed(rows, width)?,
+                );
+                models.insert(
+                    fingerprint,
+                    (Arc::downgrade(&pair.0), Arc::downgrade(&pair.1)),
+                );
+                pair
+            }
+        };
+        Ok(u.claim(cols.clone()).zip(v.claim(cols)))
+    }
+}
+
+/// Shards of one model, in shard order, whose column slices together are
+/// whole vectors: one shard holding them all, or in-process shards whose
+/// views share one allocation ([`Siblings`]), each starting where the one
+/// before it ends. [`Joined::fused`] steps a minibatch on them in one visit
+/// per row.
+pub struct Joined {
+    models: Vec<Arc<Model>>,
+    /// Every column of the shared rows.
+    u: HogwildMatrix,
+    v: HogwildMatrix,
+    /// Where each shard's columns end.
+    ends: Vec<usize>,
+}
+
+impl Joined {
+    /// `models` joined, if they hold whole vectors side by side.
+    pub fn of(models: &[Arc<Model>]) -> Option<Self> {
+        let first = models.first()?;
+        let dim = first.spec.model.dim as usize;
+        let mut ends = Vec::with_capacity(models.len());
+        let mut at = 0;
+        for m in models {
+            let side_by_side = m.fingerprint == first.fingerprint
+                && m.u.same_rows(&first.u)
+                && m.v.same_rows(&first.v)
+                && m.u.col_offset() == at
+                && m.v.col_offset() == at
+                && m.spec.col_start as usize == at;
+            if !side_by_side {
+                return None;
+            }
+            at += m.u.cols();
+            ends.push(at);
+        }
+        let (u, v) = (first.u.whole(), first.v.whole());
+        (at == dim && u.cols() == dim && v.cols() == dim).then(|| Self {
+            models: models.to_vec(),
+            u,
+            v,
+            ends,
+        })
+    }
+
+    /// The shards' [`Model::dotprod`], a client's weights (α ×
+    /// [`colonnade_proto::scaled_weight`] of the summed dot products) and
+    /// their [`Model::adjust`] of `mb` in one visit per row; `dots` gets
+    /// the summed dot products, pair-major. Bit for bit the calls on each
+    /// shard with the client's weights in between
+    /// (`client/tests/determinism.rs` compares it with shards over gRPC).
+    pub fn fused(
+        &self,
+        mb: &Minibatch,
+        targets: &Targets,
+        s: &mut Scratch,
+        dots: &mut Vec<f32>,
+    ) -> Result<(), ShardError> {
+        let first = &self.models[0];
+        first.check_targets(mb, targets)?;
+        let cols = self.u.cols();
+        s.u_rows.resize(mb.inputs.len() * cols, 0.0);
+        s.u_delta.clear();
+        s.u_delta.resize(mb.inputs.len() * cols, 0.0);
+        s.v_delta.resize(cols, 0.0);
+        dots.clear();
+        dots.resize(targets.len(), 0.0);
+        s.weights.resize(targets.len(), 0.0);
+        fused_loop(
+            work(&self.u, &self.v, mb, targets, &mut s.u_rows),
+            FusedSteps {
+                alpha: mb.alpha,
+                per_pair: first.negative() + 1,
+                input_scale: &targets.input_scale,
+                cap: targets.cap,
+                dots,
+                weights: &mut s.weights,
+                u_delta: &mut s.u_delta,
+                v_delta: &mut s.v_delta,
+                ends: &self.ends,
+            },
+        );
+        for m in &self.models {
+            m.stats.dotprod_calls.fetch_add(1, Relaxed);
+            m.stats.adjust_calls.fetch_add(1, Relaxed);
+            m.stats.pairs_adjusted.fetch_add(mb.pairs() as u64, Relaxed);
         }
         Ok(())
     }
@@ -466,25 +597,41 @@ mod tests {
         assert_eq!(t.len(), 3 * 4);
     }
 
-    #[test]
-    fn fused_step_is_dotprod_weights_adjust_bit_for_bit() {
-        let dim = spec(0..8).model.dim;
-        let whole = || Model::new(spec(0..dim), &COUNTS).expect("model");
-        let (fused, split) = (whole(), whole());
+    /// Steps the same minibatches fused on `joined` and call by call on
+    /// `split` (shard order, partial dot products summed as a client does,
+    /// its half-float weights); both must stay equal bit for bit.
+    fn fused_matches_split(joined: &Joined, split: &[Model], cbow: bool) {
         let (mut t, mut s, mut dots) = (Targets::default(), Scratch::default(), Vec::new());
-        let mut weights = Vec::new();
+        let (mut part, mut summed, mut weights) = (Vec::new(), Vec::new(), Vec::new());
+        let joined_state = || {
+            joined
+                .models
+                .iter()
+                .map(|m| snapshot(m))
+                .collect::<Vec<_>>()
+        };
+        let split_state = || split.iter().map(snapshot).collect::<Vec<_>>();
+        let before = split_state();
+        assert_eq!(joined_state(), before, "the same initial state");
         // Several steps, so v is no longer zero and every weight matters.
         for seed in 0..6u64 {
             let mut mb = minibatch(seed, &[0, 1, 5], &[2, 1, 3], &[1, 2, 3, 4, 0, 5]);
             mb.alpha = 0.5;
-            fused.draw_targets(&mb, &mut t).expect("targets");
-            fused.fused(&mb, &t, &mut s, &mut dots).expect("fused");
-            let fused_dots = dots.clone();
-            split.dotprod(&mb, &t, &mut s, &mut dots).expect("dotprod");
-            assert_eq!(fused_dots, dots, "step {seed}: dot products");
-            let per_pair = fused.negative() + 1;
+            mb.cbow = cbow;
+            split[0].draw_targets(&mb, &mut t).expect("targets");
+            joined.fused(&mb, &t, &mut s, &mut dots).expect("fused");
+            for (i, m) in split.iter().enumerate() {
+                m.dotprod(&mb, &t, &mut s, &mut part).expect("dotprod");
+                if i == 0 {
+                    summed.clone_from(&part);
+                } else {
+                    summed.iter_mut().zip(&part).for_each(|(a, x)| *a += x);
+                }
+            }
+            assert_eq!(dots, summed, "step {seed}: dot products");
+            let per_pair = split[0].negative() + 1;
             weights.clear();
-            weights.extend(dots.iter().enumerate().map(|(i, &f)| {
+            weights.extend(summed.iter().enumerate().map(|(i, &f)| {
                 // What a client computes: the half-float G/α, times α.
                 let g = if i % per_pair == 0 {
                     1.0 - sigmoid(f)
@@ -493,21 +640,83 @@ mod tests {
                 };
                 mb.alpha * colonnade_proto::wire_scaled_weight(g)
             }));
-            split.adjust(&mb, &t, &weights, &mut s).expect("adjust");
-            assert_eq!(snapshot(&fused), snapshot(&split), "step {seed}: model");
+            for m in split {
+                m.adjust(&mb, &t, &weights, &mut s).expect("adjust");
+            }
+            assert_eq!(joined_state(), split_state(), "step {seed}: model");
         }
-        assert!(
-            snapshot(&fused) != snapshot(&whole()),
-            "the steps changed the model"
-        );
+        assert!(split_state() != before, "the steps changed the model");
+    }
+
+    #[test]
+    fn fused_step_is_dotprod_weights_adjust_bit_for_bit() {
+        let dim = spec(0..8).model.dim;
+        let whole = || Model::new(spec(0..dim), &COUNTS).expect("model");
+        let joined = Joined::of(&[Arc::new(whole())]).expect("one shard holds whole vectors");
+        fused_matches_split(&joined, &[whole()], false);
         // A column slice's dot products are partial: it cannot weigh them.
-        let slice = Model::new(spec(0..dim / 2), &COUNTS).expect("model");
-        slice
-            .draw_targets(&minibatch(1, &[0], &[1], &[1]), &mut t)
-            .expect("targets");
-        let e = slice
-            .fused(&minibatch(1, &[0], &[1], &[1]), &t, &mut s, &mut dots)
-            .expect_err("a slice");
-        assert!(e.to_string().contains("whole vectors"), "{e}");
+        let slice = Arc::new(Model::new(spec(0..dim / 2), &COUNTS).expect("model"));
+        assert!(Joined::of(&[slice]).is_none());
+    }
+
+    /// In-process shards sharing rows step a minibatch fused, bit for bit
+    /// what shards of their own give call by call (skip-gram and CBOW).
+    #[test]
+    fn sibling_slices_step_fused_as_separate_shards_would() {
+        let ranges = [0..3u32, 3..5, 5..8];
+        for cbow in [false, true] {
+            let with_cbow = |r: &Range<u32>| {
+                let mut s = spec(r.clone());
+                s.model.cbow = cbow;
+                s
+            };
+            let siblings = Siblings::default();
+            let shared: Vec<Arc<Model>> = ranges
+                .iter()
+                .map(|r| {
+                    let counts: Arc<[u64]> = COUNTS.into();
+                    Arc::new(
+                        Model::initial_in(with_cbow(r), counts, 0, Some(&siblings)).expect("model"),
+                    )
+                })
+                .collect();
+            assert!(shared[1].u.same_rows(&shared[0].u), "the shards share rows");
+            let own: Vec<Model> = ranges
+                .iter()
+                .map(|r| Model::new(with_cbow(r), &COUNTS).expect("model"))
+                .collect();
+            let joined = Joined::of(&shared).expect("side by side");
+            fused_matches_split(&joined, &own, cbow);
+            // Out of order, or with a shard of its own, they are not joined.
+            assert!(Joined::of(&[Arc::clone(&shared[1]), Arc::clone(&shared[0])]).is_none());
+            let alone = Arc::new(Model::new(with_cbow(&ranges[2]), &COUNTS).expect("model"));
+            assert!(Joined::of(&[Arc::clone(&shared[0]), Arc::clone(&shared[1]), alone]).is_none());
+        }
+    }
+
+    #[test]
+    fn a_column_is_never_given_to_two_sibling_views() {
+        let siblings = Siblings::default();
+        let counts: Arc<[u64]> = COUNTS.into();
+        let make = |r: Range<u32>| {
+            Model::initial_in(spec(r), Arc::clone(&counts), 0, Some(&siblings)).expect("model")
+        };
+        let (a, b) = (make(0..4), make(4..8));
+        assert!(a.u.same_rows(&b.u) && a.v.same_rows(&b.v));
+        // The same columns again (a shard that dropped the model and makes
+        // it anew): its own rows, the others' cells untouched.
+        let before = (snapshot(&a), snapshot(&b));
+        let again = make(2..6);
+        assert!(!again.u.same_rows(&a.u));
+        assert_eq!((snapshot(&a), snapshot(&b)), before);
+        // Once every view is gone, the rows go, and a new model starts afresh.
+        drop((a, b, again));
+        let c = make(0..4);
+        assert_eq!(
+            snapshot(&c),
+            snapshot(&Model::new(spec(0..4), &COUNTS).expect("model"))
+        );
+        assert_eq!(c.u.memory_bytes(), COUNTS.len() * (4 * 4 + 4));
+        assert_eq!(make(4..8).u.memory_bytes(), COUNTS.len() * 4 * 4);
     }
 }

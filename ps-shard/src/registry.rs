@@ -5,7 +5,7 @@
 //! ([`crate::checkpoints`]).
 
 use crate::checkpoints::Checkpoints;
-use crate::model::Model;
+use crate::model::{Model, Siblings};
 use colonnade_proto::{ShardError, ShardSpec};
 use dashmap::mapref::entry::Entry;
 use dashmap::DashMap;
@@ -28,6 +28,9 @@ pub struct ShardCore {
     pub(crate) checkpoints: DashMap<u64, Arc<Checkpoints>>,
     /// True until the data dir is loaded: model calls answer UNAVAILABLE.
     loading: AtomicBool,
+    /// The other shards of this process, whose models' rows this shard's
+    /// share (an embedded cluster: [`Siblings`]).
+    siblings: Option<Arc<Siblings>>,
 }
 
 /// What [`ShardCore::admit`] decided.
@@ -78,6 +81,13 @@ impl ShardCore {
         }
     }
 
+    /// This shard keeping the column slices of the models it creates in rows
+    /// shared with the other shards given `siblings` (an embedded cluster).
+    pub fn with_siblings(mut self, siblings: Arc<Siblings>) -> Self {
+        self.siblings = Some(siblings);
+        self
+    }
+
     pub fn is_loading(&self) -> bool {
         self.loading.load(Relaxed)
     }
@@ -124,7 +134,12 @@ impl ShardCore {
             Admission::Existing(created) => return Ok(created),
             Admission::New(r) => r,
         };
-        let model = Arc::new(Model::initial(spec.clone(), counts, 0)?);
+        let model = Arc::new(Model::initial_in(
+            spec.clone(),
+            counts,
+            0,
+            self.siblings.as_deref(),
+        )?);
         match self.models.entry(fingerprint) {
             Entry::Occupied(e) => attach(e.get(), &spec),
             Entry::Vacant(e) => {

@@ -323,8 +323,10 @@ def test_memory_estimate_logged_and_too_large_refused(tmp_path, corpus_100k):
     res = run(train_args(corpus_100k, embedded_shards=2, size=10, min_count=3, save_vocab=summary_vocab,
                          output_text=tmp_path / "m.txt"))
     v = len(read_vocab_file(summary_vocab))
-    cols = [5, 5]
-    total = sum(2 * v * (c * 4 + 4) + 16 * v for c in cols)
+    # Embedded shards share each row (one lock per row and matrix); each has
+    # its own sampler and counts.
+    shards, dim = 2, 10
+    total = 2 * v * (dim * 4 + 4) + shards * 16 * v
     line = [l for l in res.stderr.splitlines() if "memory estimate" in l]
     assert line, "no memory estimate before training\n" + res.describe()
     assert f"total={_human(total)}" in line[0] and f"words={v}" in line[0], line[0]

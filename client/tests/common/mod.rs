@@ -6,7 +6,7 @@ use colonnade_client::stream::Source;
 use colonnade_client::train::{train, NoCheckpoints, Progress, TrainParams, TrainSummary};
 use colonnade_common::model::{column_range, place_columns};
 use colonnade_common::vocab::{Counter, Vocab};
-use colonnade_ps_shard::{InProcessShards, Matrix, ShardCore, ShardSpec, SpawnedShard};
+use colonnade_ps_shard::{InProcessShards, Matrix, ShardCore, ShardSpec, Siblings, SpawnedShard};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -149,6 +149,23 @@ pub async fn run_in_process(
     p: &TrainParams,
 ) -> (u64, Vec<Arc<ShardCore>>, TrainSummary) {
     let cores: Vec<Arc<ShardCore>> = (0..count).map(|_| Arc::new(ShardCore::new(None))).collect();
+    let (fp, summary) = run_on_cores(&cores, vocab, corpus, p).await;
+    (fp, cores, summary)
+}
+
+/// [`run_in_process`] on `count` shard cores that keep the model's slices
+/// side by side in one allocation, as `--embedded-shards` does: training
+/// steps each minibatch in one visit per row ([`Siblings`]).
+pub async fn run_in_process_joined(
+    count: usize,
+    vocab: &Arc<Vocab>,
+    corpus: &Path,
+    p: &TrainParams,
+) -> (u64, Vec<Arc<ShardCore>>, TrainSummary) {
+    let siblings = Arc::new(Siblings::default());
+    let cores: Vec<Arc<ShardCore>> = (0..count)
+        .map(|_| Arc::new(ShardCore::new(None).with_siblings(Arc::clone(&siblings))))
+        .collect();
     let (fp, summary) = run_on_cores(&cores, vocab, corpus, p).await;
     (fp, cores, summary)
 }
