@@ -189,6 +189,17 @@ def part01(args, root: Path) -> dict:
          work, r)
     r["train_part01"]["summary"] = summary_of(work / "s.json")
     c.log(f"part 01: {r['train_part01']['summary']['words_per_second']:,.0f} words/s")
+    if not args.skip_cluster:
+        # Part 01 over the same 4 ps-shard processes: the cluster's own
+        # words/s at a small vocabulary, for its cost of size.
+        vocab, enc = work / "vocab.tsv", work / "enc"
+        step("vocab", [b, "vocab", "--corpus", plain, "--min-count", 5, "--output", vocab], work, r)
+        step("encode", [b, "encode", "--corpus", plain, "--vocab", vocab, "--parts", 4, "--output", enc], work, r)
+        words = sum(1 for line in vocab.read_text().splitlines() if line and not line.startswith("#"))
+        flags = ["--size", args.size, "--window", 5, "--negative", 5, "--min-count", 5, "--sample", "1e-4",
+                 "--iter", 1, "--threads", args.threads, "--seed", 1]
+        r["cluster"] = cluster(args, words, work, enc, vocab, flags)
+        c.log(f"part 01 over the cluster: {r['cluster']['train_cluster']['summary']['words_per_second']:,.0f} words/s")
     return r
 
 
@@ -277,6 +288,9 @@ def main() -> int:
             if "cluster" in s:
                 wps = s["cluster"]["train_cluster"]["summary"]["words_per_second"]
                 s["cluster_over_part01"] = wps / base if base else None
+                cbase = (report.get("part01", {}).get("cluster", {}).get("train_cluster", {})
+                         .get("summary", {}).get("words_per_second"))
+                s["cluster_over_cluster_part01"] = wps / cbase if cbase else None
         for w, g in report["gensim"].items():
             match = [s for s in report["sizes"] if s["words"] == parse_count(w)]
             if match and "words_per_second" in g and "train_embedded" in match[0]:
