@@ -2,7 +2,7 @@
 //! word2vec's names; every flag can also be set by a `COLONNADE_*` environment
 //! variable (compose and Kubernetes set env most easily).
 
-use crate::preflight::{available_memory, check_corpus, human_bytes, shard_bytes};
+use crate::preflight::{available_memory, check_corpus, embedded_bytes, human_bytes, shard_bytes};
 use crate::recovery::{recoverable, Cluster, GrpcCheckpointer, Session};
 use crate::shards::{
     connect_all, create_model, model_spec, EmbeddedCluster, GrpcShard, GrpcShards,
@@ -1255,21 +1255,10 @@ fn check_memory(
     shards: usize,
     embedded: bool,
 ) -> anyhow::Result<()> {
-    let per_shard = shard_bytes(spec, shards as u32);
-    let mut total = per_shard.iter().fold(0u64, |a, &b| a.saturating_add(b));
-    let largest = per_shard.iter().copied().max().unwrap_or(0);
-    if embedded {
-        // Embedded shards keep a row's slices side by side under one lock
-        // (`Siblings`): one 4-byte lock per row and matrix, not one per shard.
-        total = total.saturating_sub(8 * spec.vocab_size * (shards as u64).saturating_sub(1));
-        tracing::info!(
-            words = spec.vocab_size,
-            dim = spec.dim,
-            shards,
-            total = %human_bytes(total),
-            "memory estimate: 2 matrices x words x (dim x 4 + 4 bytes), shared by the embedded shards, + 16 bytes x words (sampler, counts) per shard"
-        );
-    } else {
+    if !embedded {
+        let per_shard = shard_bytes(spec, shards as u32);
+        let total = per_shard.iter().fold(0u64, |a, &b| a.saturating_add(b));
+        let largest = per_shard.iter().copied().max().unwrap_or(0);
         tracing::info!(
             words = spec.vocab_size,
             dim = spec.dim,
@@ -1278,10 +1267,16 @@ fn check_memory(
             total = %human_bytes(total),
             "memory estimate: 2 matrices x words x (columns x 4 + 4 bytes) + 16 bytes x words (sampler, counts) per shard"
         );
-    }
-    if !embedded {
         return Ok(());
     }
+    let total = embedded_bytes(spec, shards as u32);
+    tracing::info!(
+        words = spec.vocab_size,
+        dim = spec.dim,
+        shards,
+        total = %human_bytes(total),
+        "memory estimate: 2 matrices x words x (dim x 4 + 4 bytes), shared by the embedded shards, + 16 bytes x words (sampler, counts) per shard"
+    );
     if let Some((available, source)) = available_memory() {
         if total > available {
             bail!(

@@ -66,6 +66,16 @@ pub fn shard_bytes(spec: &ModelSpec, shards: u32) -> Vec<u64> {
         .collect()
 }
 
+/// The memory a model holds on `shards` embedded shards together: they keep
+/// a row's slices side by side under one lock (`Siblings`), so both
+/// matrices count one row lock per row, and each shard has its own sampler
+/// table and counts: 2·V·(dim·4 + 4) + shards·16·V.
+pub fn embedded_bytes(spec: &ModelSpec, shards: u32) -> u64 {
+    let v = spec.vocab_size;
+    let matrices = 2u64.saturating_mul(v.saturating_mul(u64::from(spec.dim) * 4 + 4));
+    matrices.saturating_add(u64::from(shards).saturating_mul(16).saturating_mul(v))
+}
+
 /// `bytes` in binary units, e.g. `1.5 GiB`.
 pub fn human_bytes(bytes: u64) -> String {
     const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
@@ -178,6 +188,19 @@ mod tests {
         for (b, c) in per.iter().zip(cols) {
             assert_eq!(*b, 2 * v * (c * 4 + 4) + 16 * v);
         }
+    }
+
+    #[test]
+    fn embedded_shards_share_the_row_locks() {
+        // The sum over shards, less the 8·V bytes of row locks each shard
+        // beyond the first would hold on its own.
+        let v = 1000u64;
+        let separate: u64 = shard_bytes(&spec(v, 10), 3).iter().sum();
+        assert_eq!(embedded_bytes(&spec(v, 10), 3), separate - 2 * 8 * v);
+        assert_eq!(
+            embedded_bytes(&spec(v, 10), 1),
+            shard_bytes(&spec(v, 10), 1)[0]
+        );
     }
 
     #[test]

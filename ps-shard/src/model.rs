@@ -55,6 +55,17 @@ pub struct Scratch {
     weights: Vec<f32>,
 }
 
+impl Scratch {
+    /// Sizes the buffers of a call that steps rows of `cols` columns for
+    /// `inputs` input positions: u rows read, Δu zeroed, one row's Δv.
+    fn for_steps(&mut self, inputs: usize, cols: usize) {
+        self.u_rows.resize(inputs * cols, 0.0);
+        self.u_delta.clear();
+        self.u_delta.resize(inputs * cols, 0.0);
+        self.v_delta.resize(cols, 0.0);
+    }
+}
+
 impl Model {
     /// The initial state of a model: u from the init seed, v zero; lineage 0.
     pub fn new(spec: ShardSpec, counts: &[u64]) -> Result<Self, ShardError> {
@@ -276,10 +287,7 @@ impl Model {
             )));
         }
         let cols = self.spec.cols();
-        s.u_rows.resize(mb.inputs.len() * cols, 0.0);
-        s.u_delta.clear();
-        s.u_delta.resize(mb.inputs.len() * cols, 0.0);
-        s.v_delta.resize(cols, 0.0);
+        s.for_steps(mb.inputs.len(), cols);
         adjust_loop(
             self.work(mb, targets, &mut s.u_rows),
             Steps {
@@ -479,10 +487,7 @@ impl Joined {
         let first = &self.models[0];
         first.check_targets(mb, targets)?;
         let cols = self.u.cols();
-        s.u_rows.resize(mb.inputs.len() * cols, 0.0);
-        s.u_delta.clear();
-        s.u_delta.resize(mb.inputs.len() * cols, 0.0);
-        s.v_delta.resize(cols, 0.0);
+        s.for_steps(mb.inputs.len(), cols);
         dots.clear();
         dots.resize(targets.len(), 0.0);
         s.weights.resize(targets.len(), 0.0);
