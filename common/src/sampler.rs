@@ -7,6 +7,7 @@
 //! and draws use integer comparisons only, so every shard and every reference
 //! draws the same negatives.
 
+use crate::kernels::prefetch;
 use rand::RngCore;
 
 #[derive(Debug, thiserror::Error)]
@@ -95,8 +96,20 @@ impl AliasSampler {
     /// One draw from the distribution.
     #[inline]
     pub fn sample<R: RngCore>(&self, rng: &mut R) -> u32 {
-        let r = rng.next_u64();
-        let bucket = (((r >> 32) * self.buckets.len() as u64) >> 32) as usize;
+        self.resolve(rng.next_u64())
+    }
+
+    /// The bucket a 64-bit draw `r` falls in (its high half).
+    #[inline(always)]
+    fn bucket(&self, r: u64) -> usize {
+        (((r >> 32) * self.buckets.len() as u64) >> 32) as usize
+    }
+
+    /// The word a 64-bit draw `r` gives: its bucket, or the bucket's alias
+    /// when the low half is at or above the bucket's threshold.
+    #[inline(always)]
+    fn resolve(&self, r: u64) -> u32 {
+        let bucket = self.bucket(r);
         let (threshold, alias) = self.buckets[bucket];
         if (r as u32) < threshold || threshold == u32::MAX {
             bucket as u32
@@ -108,8 +121,14 @@ impl AliasSampler {
     /// Fills `out` with negatives, none equal to `positive` (paper Fig. 5 line 7).
     #[inline]
     pub fn negatives<R: RngCore>(&self, rng: &mut R, positive: u32, out: &mut [u32]) {
+        self.negatives_from(|| rng.next_u64(), positive, out);
+    }
+
+    /// [`Self::negatives`] from a stream of 64-bit draws (one per sample).
+    #[inline(always)]
+    fn negatives_from(&self, mut draw: impl FnMut() -> u64, positive: u32, out: &mut [u32]) {
         for slot in out {
-            let mut w = self.sample(rng);
+            let mut w = self.resolve(draw());
             let mut tries = 0;
             while w == positive {
                 tries += 1;
@@ -118,12 +137,52 @@ impl AliasSampler {
                     w = (positive + 1) % self.buckets.len() as u32;
                     break;
                 }
-                w = self.sample(rng);
+                w = self.resolve(draw());
             }
             *slot = w;
         }
     }
+
+    /// Appends, per word of `positives`, the word then `negative` negatives
+    /// drawn by [`Self::negatives`] from `rng`, in turn: the same words,
+    /// but each draw's bucket is prefetched [`DRAW_AHEAD`] draws before it
+    /// is read. At millions of words the table is far larger than the
+    /// caches, and each bucket read was a cache (and TLB) miss that the
+    /// draw waited for. Reads `DRAW_AHEAD` values past the last one used
+    /// from `rng`, which must not be drawn from afterwards.
+    pub fn targets<R: RngCore>(
+        &self,
+        rng: &mut R,
+        positives: &[u32],
+        negative: usize,
+        out: &mut Vec<u32>,
+    ) {
+        let mut ahead = [0u64; DRAW_AHEAD];
+        for slot in &mut ahead {
+            *slot = rng.next_u64();
+            prefetch(&self.buckets[self.bucket(*slot)]);
+        }
+        let mut next = 0;
+        let mut draw = || {
+            let r = ahead[next];
+            let fresh = rng.next_u64();
+            prefetch(&self.buckets[self.bucket(fresh)]);
+            ahead[next] = fresh;
+            next = (next + 1) % DRAW_AHEAD;
+            r
+        };
+        out.reserve(positives.len() * (negative + 1));
+        for &w_out in positives {
+            out.push(w_out);
+            let start = out.len();
+            out.resize(start + negative, 0);
+            self.negatives_from(&mut draw, w_out, &mut out[start..]);
+        }
+    }
 }
+
+/// How many draws ahead [`AliasSampler::targets`] prefetches buckets.
+const DRAW_AHEAD: usize = 16;
 
 #[cfg(test)]
 mod tests {
@@ -167,6 +226,41 @@ mod tests {
         s.negatives(&mut rng(3), 2, &mut b);
         assert_eq!(a, b);
         assert!(a.iter().all(|&w| w != 2 && w < 5));
+    }
+
+    /// The prefetching batch draw gives exactly the words of the plain one,
+    /// rejections (positives drawn as their own negatives) included.
+    #[test]
+    fn targets_draw_as_negatives_does() {
+        let zipf: Vec<u64> = (1..=5000u64).map(|r| 1_000_000 / r).collect();
+        for (counts, negative) in [
+            (&zipf[..], 5),
+            (&zipf[..], 1),
+            (&[100, 1][..], 3), // every negative of word 0 is a retry
+            (&[1000, 1, 1][..], 15),
+        ] {
+            let s = AliasSampler::new(counts, 0.75).expect("valid counts");
+            let positives: Vec<u32> = (0..300u32)
+                .map(|i| (i * 7919) % counts.len() as u32)
+                .collect();
+            let mut want = Vec::new();
+            let mut plain = rng(11);
+            let mut negs = vec![0; negative];
+            for &p in &positives {
+                s.negatives(&mut plain, p, &mut negs);
+                want.push(p);
+                want.extend_from_slice(&negs);
+            }
+            let mut got = vec![42];
+            s.targets(&mut rng(11), &positives, negative, &mut got);
+            assert_eq!(got[0], 42, "appends");
+            assert_eq!(
+                &got[1..],
+                &want[..],
+                "{} words, {negative} negatives",
+                counts.len()
+            );
+        }
     }
 
     #[test]

@@ -91,7 +91,6 @@ pub struct Targets {
     pub(crate) context_counts: Vec<u32>,
     contexts: Vec<u32>,
     pub(crate) ids: Vec<u32>,
-    negs: Vec<u32>,
     /// Input position of each example.
     input_of_pair: Vec<u32>,
     /// Sort keys: output row << 32 | dot-product index, and the radix
@@ -134,16 +133,9 @@ impl Targets {
         fingerprint: u64,
         mb: &Minibatch,
     ) {
-        self.negs.resize(negative, 0);
         self.ids.clear();
         let positives = Self::positives(mb);
-        self.ids.reserve(positives.len() * (negative + 1));
-        let mut rng = seeds::rng(mb.seed);
-        for &w_out in positives {
-            sampler.negatives(&mut rng, w_out, &mut self.negs);
-            self.ids.push(w_out);
-            self.ids.extend_from_slice(&self.negs);
-        }
+        sampler.targets(&mut seeds::rng(mb.seed), positives, negative, &mut self.ids);
         self.group(mb, negative + 1);
         self.fingerprint = fingerprint;
         self.seed = mb.seed;
@@ -238,7 +230,6 @@ impl Targets {
             + self.context_counts.capacity()
             + self.contexts.capacity()
             + self.ids.capacity()
-            + self.negs.capacity()
             + self.input_of_pair.capacity();
         let u64s = self.keys.capacity() + self.keys_tmp.capacity() + self.input_keys.capacity();
         u32s * 4

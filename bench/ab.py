@@ -1,0 +1,98 @@
+#!/usr/bin/env python3
+"""Old binary against new in one run: one `colonnade train` command, run with
+each of two binary directories in turn (A B A B ...), so that the ratios stay
+meaningful while this shared machine's speed drifts.
+
+Per run: wall seconds, CPU seconds and peak RSS of the whole process (create,
+train, write), and the training words/s of its --summary. Per pair: the A/B
+ratios; then their medians, and the medians of each side. JSON into
+bench/results/ab-*.json.
+
+    bench/ab.py --a target/release --b /tmp/colonnade-old --pairs 3 -- \\
+        --encoded enc --vocab vocab.tsv --size 100 --window 5 --negative 5 \\
+        --min-count 1 --sample 1e-4 --iter 1 --threads 2 --seed 1 \\
+        --embedded-shards 4
+
+Everything after `--` is passed to `colonnade train`; `--summary` and
+`--output` are added per run (under --work). Run nothing else heavy meanwhile.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _common as c  # noqa: E402
+
+
+def identity(bin_dir: Path) -> dict:
+    """The binary directory, its version and its colonnade binary's SHA-256 (the
+    version carries no commit)."""
+    digest = hashlib.sha256((bin_dir / "colonnade").read_bytes()).hexdigest()[:16]
+    return {"dir": str(bin_dir), "version": c.colonnade_version(bin_dir), "sha256": digest}
+
+
+def one_run(bin_dir: Path, train: list[str], work: Path, tag: str) -> dict:
+    summary, out = work / f"{tag}.json", work / f"{tag}.h5"
+    cmd = [str(bin_dir / "colonnade"), "train", *train, "--summary", str(summary), "--output", str(out)]
+    r = c.run_child(cmd, work / f"{tag}.log")
+    if r["returncode"] != 0:
+        raise SystemExit(f"{tag} failed (exit {r['returncode']}):\n{c.tail(work / f'{tag}.log')}")
+    s = json.loads(summary.read_text())
+    r["words_per_second"] = s["words"] / s["seconds"]
+    r["epoch_loss"] = s.get("epoch_loss")
+    out.unlink(missing_ok=True)
+    c.log(f"{tag}: {r['words_per_second']:,.0f} words/s, wall {r['wall_seconds']:.1f} s, "
+          f"peak {r['peak_rss_mb']:,.0f} MB")
+    return r
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--a", type=Path, required=True, help="binary directory A (the new one)")
+    p.add_argument("--b", type=Path, required=True, help="binary directory B (the baseline)")
+    p.add_argument("--pairs", type=int, default=3)
+    p.add_argument("--warmup", action="store_true", help="one uncounted B run first (page cache)")
+    p.add_argument("--label", default="ab")
+    p.add_argument("--work", type=Path, default=Path("/tmp/colonnade-ab"))
+    p.add_argument("--out", type=Path, default=c.REPO / "bench" / "results")
+    p.add_argument("train", nargs=argparse.REMAINDER, help="-- then the `colonnade train` flags")
+    args = p.parse_args()
+    train = args.train[1:] if args.train[:1] == ["--"] else args.train
+    c.set_log_name("ab")
+    args.work.mkdir(parents=True, exist_ok=True)
+    report: dict = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": c.machine_info(),
+                    "a": identity(args.a), "b": identity(args.b),
+                    "train": train, "command": sys.argv, "pairs": []}
+    if args.warmup:
+        one_run(args.b, train, args.work, "warmup")
+    for i in range(args.pairs):
+        a = one_run(args.a, train, args.work, f"a{i}")
+        b = one_run(args.b, train, args.work, f"b{i}")
+        pair = {"a": a, "b": b, "words_per_second_a_over_b": a["words_per_second"] / b["words_per_second"],
+                "wall_a_over_b": a["wall_seconds"] / b["wall_seconds"],
+                "cpu_a_over_b": a["cpu_seconds"] / b["cpu_seconds"]}
+        report["pairs"].append(pair)
+        c.log(f"pair {i}: words/s A/B {pair['words_per_second_a_over_b']:.3f}, wall A/B {pair['wall_a_over_b']:.3f}")
+    med = {k: statistics.median(pr[k] for pr in report["pairs"])
+           for k in ("words_per_second_a_over_b", "wall_a_over_b", "cpu_a_over_b")}
+    for side in ("a", "b"):
+        med[f"words_per_second_{side}"] = statistics.median(pr[side]["words_per_second"] for pr in report["pairs"])
+        med[f"peak_rss_mb_{side}"] = statistics.median(pr[side]["peak_rss_mb"] for pr in report["pairs"])
+    report["medians"] = med
+    args.out.mkdir(parents=True, exist_ok=True)
+    out = args.out / f"ab-{args.label}-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    out.write_text(json.dumps(report, indent=2, default=str))
+    c.log(f"report: {out}")
+    print(json.dumps(med, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
