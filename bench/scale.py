@@ -90,6 +90,12 @@ def log_value(path: Path, marker: str, key: str) -> str | None:
     return None
 
 
+def train_flags(args, min_count: int) -> list:
+    """The training flags every run of this bench shares (one epoch, d = --size)."""
+    return ["--size", args.size, "--window", 5, "--negative", 5, "--min-count", min_count, "--sample", "1e-4",
+            "--iter", 1, "--threads", args.threads, "--seed", 1]
+
+
 def one_size(args, words: int, root: Path) -> dict:
     work = root / f"v{words}"
     work.mkdir(parents=True, exist_ok=True)
@@ -101,8 +107,7 @@ def one_size(args, words: int, root: Path) -> dict:
     step("vocab", [b, "vocab", "--corpus", corpus, "--min-count", 1, "--memory-budget", args.memory_budget,
                    "--spill-dir", work, "--output", vocab], work, r)
     step("encode", [b, "encode", "--corpus", corpus, "--vocab", vocab, "--parts", 4, "--output", enc], work, r)
-    flags = ["--size", args.size, "--window", 5, "--negative", 5, "--min-count", 1, "--sample", "1e-4",
-             "--iter", 1, "--threads", args.threads, "--seed", 1]
+    flags = train_flags(args, min_count=1)
     h5 = work / "embedded.h5"
     if not args.skip_embedded:
         step("train_embedded", [b, "train", "--encoded", enc, "--vocab", vocab, "--embedded-shards", args.embedded_shards,
@@ -183,9 +188,8 @@ def part01(args, root: Path) -> dict:
         c.decompress(c.DEFAULT_CORPUS, plain)
     b = args.bin_dir / "colonnade"
     r: dict = {}
-    step("train_part01", [b, "train", "--corpus", plain, "--embedded-shards", args.embedded_shards, "--size", args.size, "--window", 5,
-                          "--negative", 5, "--min-count", 5, "--sample", "1e-4", "--iter", 1, "--threads",
-                          args.threads, "--seed", 1, "--summary", work / "s.json", "--output", work / "p.h5"],
+    step("train_part01", [b, "train", "--corpus", plain, "--embedded-shards", args.embedded_shards,
+                          *train_flags(args, min_count=5), "--summary", work / "s.json", "--output", work / "p.h5"],
          work, r)
     r["train_part01"]["summary"] = summary_of(work / "s.json")
     c.log(f"part 01: {r['train_part01']['summary']['words_per_second']:,.0f} words/s")
@@ -196,8 +200,7 @@ def part01(args, root: Path) -> dict:
         step("vocab", [b, "vocab", "--corpus", plain, "--min-count", 5, "--output", vocab], work, r)
         step("encode", [b, "encode", "--corpus", plain, "--vocab", vocab, "--parts", 4, "--output", enc], work, r)
         words = sum(1 for line in vocab.read_text().splitlines() if line and not line.startswith("#"))
-        flags = ["--size", args.size, "--window", 5, "--negative", 5, "--min-count", 5, "--sample", "1e-4",
-                 "--iter", 1, "--threads", args.threads, "--seed", 1]
+        flags = train_flags(args, min_count=5)
         r["cluster"] = cluster(args, words, work, enc, vocab, flags)
         c.log(f"part 01 over the cluster: {r['cluster']['train_cluster']['summary']['words_per_second']:,.0f} words/s")
     return r

@@ -168,21 +168,22 @@ pub fn axpy(alpha: f32, x: &[f32], y: &mut [f32]) {
     axpy_kernel(alpha, x, y)
 }
 
-/// Hints the CPU to start loading the cache line holding `value`: for
-/// lookups whose addresses are known ahead of use (the negative sampler's
-/// buckets). Changes nothing observable; a no-op off x86-64.
+/// Hints the CPU to start loading the cache line holding address `p`, for
+/// loads whose addresses are known ahead of use (the sampler's buckets, the
+/// shard's rows). Safe for any address: a prefetch never faults, reads
+/// nothing into the program and changes nothing observable. A no-op off
+/// x86-64.
 #[inline(always)]
-pub fn prefetch<T>(value: &T) {
+pub fn prefetch<T>(p: *const T) {
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        let p: *const T = value;
-        // SAFETY: SSE is part of the x86-64 baseline, and a prefetch of a
-        // valid reference's address has no observable effect.
+        // SAFETY: SSE is part of the x86-64 baseline, and a prefetch of any
+        // address has no observable effect.
         unsafe { _mm_prefetch::<_MM_HINT_T0>(p.cast::<i8>()) };
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = value;
+    let _ = p;
 }
 
 /// Reference dot product, summed left to right in f64.

@@ -47,6 +47,7 @@
     reason = "the row-locked matrix; the module doc gives the safety argument"
 )]
 
+use colonnade_common::kernels::prefetch;
 use memmap2::MmapMut;
 use parking_lot::lock_api::RawMutex as _;
 use parking_lot::{Mutex, RawMutex};
@@ -301,32 +302,20 @@ impl HogwildMatrix {
     #[inline(always)]
     pub fn prefetch_row(&self, row: usize) {
         let start = self.row_start(row);
-        #[cfg(target_arch = "x86_64")]
-        {
-            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-            // One hint per 64-byte line the view touches: the lock first, its
-            // compare-exchange cannot start before the line arrives.
-            let lock = start.as_ptr() as usize;
-            let first = lock + self.cells_at;
-            let last = first + self.cols * 4 - 1;
-            let hint = |addr: usize| {
-                let p = start.as_ptr().wrapping_add(addr - lock);
-                // SAFETY: SSE is part of the x86-64 baseline, and a prefetch
-                // of any address (here one inside the row) has no observable
-                // effect.
-                unsafe { _mm_prefetch::<_MM_HINT_T0>(p.cast::<i8>().cast_const()) };
-            };
-            hint(lock);
-            let mut line = first & !63;
-            while line <= last {
-                if line != lock & !63 {
-                    hint(line.max(first));
-                }
-                line += 64;
+        // One hint per 64-byte line the view touches: the lock first, its
+        // compare-exchange cannot start before the line arrives.
+        let lock = start.as_ptr() as usize;
+        let first = lock + self.cells_at;
+        let last = first + self.cols * 4 - 1;
+        let hint = |addr: usize| prefetch(start.as_ptr().wrapping_add(addr - lock).cast_const());
+        hint(lock);
+        let mut line = first & !63;
+        while line <= last {
+            if line != lock & !63 {
+                hint(line.max(first));
             }
+            line += 64;
         }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = start;
     }
 
     /// Runs `f` on row `row` (length `cols`) with the row locked.
