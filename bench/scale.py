@@ -16,6 +16,10 @@ embedded training on part 01 (its own 68K-word vocabulary, the same flags)
 for the words/s ratio, and gensim on the corpus of every V in --gensim-words
 (its RSS, words/s; a failure is recorded, not fatal).
 
+`--repeats N` trains part 01 and every size's embedded model N times,
+interleaved, and takes the ratios from the medians (and gives the ratio of
+each part 01 run and the size run after it).
+
 `--types-only N` instead builds the vocabulary of a corpus with N distinct
 types under --memory-budget and records its time and peak RSS.
 
@@ -30,6 +34,7 @@ import json
 import shlex
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import time
@@ -110,12 +115,7 @@ def one_size(args, words: int, root: Path) -> dict:
     flags = train_flags(args, min_count=1)
     h5 = work / "embedded.h5"
     if not args.skip_embedded:
-        step("train_embedded", [b, "train", "--encoded", enc, "--vocab", vocab, "--embedded-shards", args.embedded_shards,
-                                *flags,
-                                "--summary", work / "embedded.json", "--output", h5], work, r)
-        r["train_embedded"]["summary"] = summary_of(work / "embedded.json")
-        r["train_embedded"]["hdf5_write_seconds"] = log_value(work / "train_embedded.log", "written", "seconds")
-        c.log(f"embedded: {r['train_embedded']['summary']['words_per_second']:,.0f} words/s")
+        train_embedded(args, work, r, "train_embedded")
     if not args.skip_cluster:
         r["cluster"] = cluster(args, words, work, enc, vocab, flags)
         if args.skip_embedded:
@@ -128,11 +128,26 @@ def one_size(args, words: int, root: Path) -> dict:
         ev["vectors"] = str(h5)
         ev["mapped"] = "vectors mapped" in (work / "eval_groups.log").read_text(errors="replace")
         c.log(f"recall: {ev['recall']}")
-    if not args.keep:
-        for p in (corpus, h5, work / "cluster.h5"):
-            p.unlink(missing_ok=True)
-        subprocess.run(["rm", "-rf", str(enc)], check=False)
+    if not args.keep and args.repeats == 1:
+        clean_size(work)
     return r
+
+
+def train_embedded(args, work: Path, r: dict, name: str) -> None:
+    """One embedded training of the encoded corpus in `work` (create, one epoch, HDF5), as `r[name]`."""
+    b = args.bin_dir / "colonnade"
+    step(name, [b, "train", "--encoded", work / "enc", "--vocab", work / "vocab.tsv",
+                "--embedded-shards", args.embedded_shards, *train_flags(args, min_count=1),
+                "--summary", work / "embedded.json", "--output", work / "embedded.h5"], work, r)
+    r[name]["summary"] = summary_of(work / "embedded.json")
+    r[name]["hdf5_write_seconds"] = log_value(work / f"{name}.log", "written", "seconds")
+    c.log(f"embedded: {r[name]['summary']['words_per_second']:,.0f} words/s")
+
+
+def clean_size(work: Path) -> None:
+    for p in (work / "synth.txt", work / "embedded.h5", work / "cluster.h5"):
+        p.unlink(missing_ok=True)
+    subprocess.run(["rm", "-rf", str(work / "enc")], check=False)
 
 
 def _json_tail(path: Path) -> str:
@@ -152,6 +167,7 @@ def cluster(args, words: int, work: Path, enc: Path, vocab: Path, flags: list) -
             shards.append((p, f"127.0.0.1:{port}", logf))
         time.sleep(1)
         base = [status_kib(p.pid, "VmRSS") * 1024 for p, _, _ in shards]
+        cpu0 = [c.proc_cpu_seconds(p.pid) for p, _, _ in shards]
         endpoints = ",".join(e for _, e, _ in shards)
         res: dict = {}
         step("train_cluster", [b, "train", "--encoded", enc, "--vocab", vocab, "--shards", endpoints, *flags,
@@ -164,9 +180,10 @@ def cluster(args, words: int, work: Path, enc: Path, vocab: Path, flags: list) -
             peak = status_kib(p.pid, "VmHWM") * 1024 - base[i]
             held = status_kib(p.pid, "VmRSS") * 1024 - base[i]
             per.append({"endpoint": e, "formula_bytes": need, "peak_bytes": peak, "held_bytes": held,
-                        "peak_over_formula": peak / need})
+                        "peak_over_formula": peak / need, "train_cpu_seconds": c.proc_cpu_seconds(p.pid) - cpu0[i]})
         res["shards"] = per
-        c.log("shards: peak/formula " + ", ".join(f"{s['peak_over_formula']:.3f}" for s in per))
+        c.log("shards: peak/formula " + ", ".join(f"{s['peak_over_formula']:.3f}" for s in per)
+              + "; CPU s over create + training " + ", ".join(f"{s['train_cpu_seconds']:.0f}" for s in per))
         step("export", [b, "export", "--shards", endpoints, "--vocab", vocab, "--output", work / "cluster.h5"],
              work, res)
         return res
@@ -188,11 +205,7 @@ def part01(args, root: Path) -> dict:
         c.decompress(c.DEFAULT_CORPUS, plain)
     b = args.bin_dir / "colonnade"
     r: dict = {}
-    step("train_part01", [b, "train", "--corpus", plain, "--embedded-shards", args.embedded_shards,
-                          *train_flags(args, min_count=5), "--summary", work / "s.json", "--output", work / "p.h5"],
-         work, r)
-    r["train_part01"]["summary"] = summary_of(work / "s.json")
-    c.log(f"part 01: {r['train_part01']['summary']['words_per_second']:,.0f} words/s")
+    train_part01(args, work, r, "train_part01")
     if not args.skip_cluster:
         # Part 01 over the same 4 ps-shard processes: the cluster's own
         # words/s at a small vocabulary, for its cost of size.
@@ -204,6 +217,40 @@ def part01(args, root: Path) -> dict:
         r["cluster"] = cluster(args, words, work, enc, vocab, flags)
         c.log(f"part 01 over the cluster: {r['cluster']['train_cluster']['summary']['words_per_second']:,.0f} words/s")
     return r
+
+
+def train_part01(args, work: Path, r: dict, name: str) -> None:
+    """One embedded training on part 01 (its own vocabulary, min-count 5), as `r[name]`."""
+    b = args.bin_dir / "colonnade"
+    step(name, [b, "train", "--corpus", work / "part01.txt", "--embedded-shards", args.embedded_shards,
+                *train_flags(args, min_count=5), "--summary", work / "s.json", "--output", work / "p.h5"], work, r)
+    r[name]["summary"] = summary_of(work / "s.json")
+    c.log(f"part 01: {r[name]['summary']['words_per_second']:,.0f} words/s")
+
+
+def repeat_embedded(args, report: dict, root: Path) -> None:
+    """Runs 2..--repeats of the embedded trainings, part 01 and every size interleaved
+    (part 01, sizes, part 01, sizes, ...), so that a drift of the machine's speed
+    reaches both sides of the ratio alike. Each report entry gains
+    `train_*_runs` (words/s of every run, the first included)."""
+    for i in range(2, args.repeats + 1):
+        if "part01" in report and not args.skip_embedded:
+            train_part01(args, root / "part01", report["part01"], f"train_part01_{i}")
+        for s in report["sizes"]:
+            if "train_embedded" in s:
+                train_embedded(args, root / f"v{s['words']}", s, f"train_embedded_{i}")
+
+    def runs(r: dict, name: str) -> list:
+        names = [name] + [f"{name}_{i}" for i in range(2, args.repeats + 1)]
+        return [r[k]["summary"]["words_per_second"] for k in names if k in r]
+
+    if "part01" in report:
+        report["part01"]["train_part01_runs"] = runs(report["part01"], "train_part01")
+    for s in report["sizes"]:
+        if "train_embedded" in s:
+            s["train_embedded_runs"] = runs(s, "train_embedded")
+        if not args.keep:
+            clean_size(root / f"v{s['words']}")
 
 
 def gensim(args, words: int, root: Path) -> dict:
@@ -266,6 +313,8 @@ def main() -> int:
     p.add_argument("--skip-eval", action="store_true")
     p.add_argument("--skip-part01", action="store_true")
     p.add_argument("--keep", action="store_true", help="keep the corpora and models")
+    p.add_argument("--repeats", type=int, default=1,
+                   help="embedded trainings of part 01 and of every size, interleaved; the ratios use their medians")
     p.add_argument("--work", type=Path, default=Path("/tmp/colonnade-scale"))
     p.add_argument("--bin-dir", type=Path, default=c.REPO / "target" / "release")
     p.add_argument("--out", type=Path, default=c.REPO / "bench" / "results")
@@ -281,13 +330,24 @@ def main() -> int:
         if not args.skip_part01:
             report["part01"] = part01(args, args.work)
         report["sizes"] = [one_size(args, parse_count(w), args.work) for w in args.words.split(",") if w]
+        repeat_embedded(args, report, args.work)
         report["gensim"] = {w: gensim(args, parse_count(w), args.work)
                             for w in args.gensim_words.split(",") if w}
-        base = report.get("part01", {}).get("train_part01", {}).get("summary", {}).get("words_per_second")
+        base_runs = report.get("part01", {}).get("train_part01_runs", [])
+        base = statistics.median(base_runs) if base_runs else None
         for s in report["sizes"]:
             if "train_embedded" in s:
-                wps = s["train_embedded"]["summary"]["words_per_second"]
+                # With --repeats N: the median of N runs on each side, and the
+                # median of the ratios of the runs made one after the other.
+                wps = statistics.median(s["train_embedded_runs"])
+                s["embedded_words_per_second_median"] = wps
                 s["embedded_over_part01"] = wps / base if base else None
+                if base_runs:
+                    pairs = [a / p for a, p in zip(s["train_embedded_runs"], base_runs)]
+                    s["embedded_over_part01_pairs"] = pairs
+                    s["embedded_over_part01_pairs_median"] = statistics.median(pairs)
+                    c.log(f"{s['words']:,} ÷ part 01: medians {wps:,.0f} / {base:,.0f} = {wps / base:.3f}; "
+                          f"pairs {', '.join(f'{x:.3f}' for x in pairs)}")
             if "cluster" in s:
                 wps = s["cluster"]["train_cluster"]["summary"]["words_per_second"]
                 s["cluster_over_part01"] = wps / base if base else None
@@ -298,7 +358,7 @@ def main() -> int:
             match = [s for s in report["sizes"] if s["words"] == parse_count(w)]
             if match and "words_per_second" in g and "train_embedded" in match[0]:
                 g["colonnade_embedded_over_gensim"] = (
-                    match[0]["train_embedded"]["summary"]["words_per_second"] / g["words_per_second"])
+                    match[0]["embedded_words_per_second_median"] / g["words_per_second"])
                 if "cluster" in match[0]:
                     g["colonnade_cluster_over_gensim"] = (
                         match[0]["cluster"]["train_cluster"]["summary"]["words_per_second"] / g["words_per_second"])

@@ -10,6 +10,7 @@
 #
 #   bench/scale.sh                                   # the full run
 #   bench/scale.sh --words 1M,5M --gensim-words 5M
+#   bench/scale.sh --words 5M,20M --skip-cluster --repeats 3   # ratios from medians of interleaved runs
 #   bench/scale.sh --types-only 100M --memory-budget 4G
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
