@@ -128,8 +128,6 @@ def one_size(args, words: int, root: Path) -> dict:
         ev["vectors"] = str(h5)
         ev["mapped"] = "vectors mapped" in (work / "eval_groups.log").read_text(errors="replace")
         c.log(f"recall: {ev['recall']}")
-    if not args.keep and args.repeats == 1:
-        clean_size(work)
     return r
 
 
@@ -141,6 +139,7 @@ def train_embedded(args, work: Path, r: dict, name: str) -> None:
                 "--summary", work / "embedded.json", "--output", work / "embedded.h5"], work, r)
     r[name]["summary"] = summary_of(work / "embedded.json")
     r[name]["hdf5_write_seconds"] = log_value(work / f"{name}.log", "written", "seconds")
+    r.setdefault("train_embedded_runs", []).append(r[name]["summary"]["words_per_second"])
     c.log(f"embedded: {r[name]['summary']['words_per_second']:,.0f} words/s")
 
 
@@ -225,32 +224,21 @@ def train_part01(args, work: Path, r: dict, name: str) -> None:
     step(name, [b, "train", "--corpus", work / "part01.txt", "--embedded-shards", args.embedded_shards,
                 *train_flags(args, min_count=5), "--summary", work / "s.json", "--output", work / "p.h5"], work, r)
     r[name]["summary"] = summary_of(work / "s.json")
+    r.setdefault("train_part01_runs", []).append(r[name]["summary"]["words_per_second"])
     c.log(f"part 01: {r[name]['summary']['words_per_second']:,.0f} words/s")
 
 
 def repeat_embedded(args, report: dict, root: Path) -> None:
     """Runs 2..--repeats of the embedded trainings, part 01 and every size interleaved
     (part 01, sizes, part 01, sizes, ...), so that a drift of the machine's speed
-    reaches both sides of the ratio alike. Each report entry gains
-    `train_*_runs` (words/s of every run, the first included)."""
+    reaches both sides of the ratio alike. Each run's words/s joins its entry's
+    `train_*_runs`."""
     for i in range(2, args.repeats + 1):
         if "part01" in report and not args.skip_embedded:
             train_part01(args, root / "part01", report["part01"], f"train_part01_{i}")
         for s in report["sizes"]:
             if "train_embedded" in s:
                 train_embedded(args, root / f"v{s['words']}", s, f"train_embedded_{i}")
-
-    def runs(r: dict, name: str) -> list:
-        names = [name] + [f"{name}_{i}" for i in range(2, args.repeats + 1)]
-        return [r[k]["summary"]["words_per_second"] for k in names if k in r]
-
-    if "part01" in report:
-        report["part01"]["train_part01_runs"] = runs(report["part01"], "train_part01")
-    for s in report["sizes"]:
-        if "train_embedded" in s:
-            s["train_embedded_runs"] = runs(s, "train_embedded")
-        if not args.keep:
-            clean_size(root / f"v{s['words']}")
 
 
 def gensim(args, words: int, root: Path) -> dict:
@@ -331,6 +319,9 @@ def main() -> int:
             report["part01"] = part01(args, args.work)
         report["sizes"] = [one_size(args, parse_count(w), args.work) for w in args.words.split(",") if w]
         repeat_embedded(args, report, args.work)
+        if not args.keep:
+            for s in report["sizes"]:
+                clean_size(args.work / f"v{s['words']}")
         report["gensim"] = {w: gensim(args, parse_count(w), args.work)
                             for w in args.gensim_words.split(",") if w}
         base_runs = report.get("part01", {}).get("train_part01_runs", [])
