@@ -106,6 +106,7 @@ impl Cluster {
                 match answer {
                     Ok(r) => {
                         let r = r.into_inner();
+                        crate::shards::same_api(&shard.endpoint, &r)?;
                         if r.loading {
                             waiting.push(format!("{} (loading its checkpoints)", shard.endpoint));
                         }

@@ -55,6 +55,25 @@ impl GrpcShard {
     }
 }
 
+/// Fails, naming the shard, when `status` (of the shard at `endpoint`) is
+/// of another shard API than this client's: shards of another API may draw
+/// other negatives from the same seed (API 5 changed the sampler of large
+/// vocabularies) or read calls otherwise, and their partial dot products
+/// would not add up, silently.
+pub fn same_api(endpoint: &str, status: &v1::StatusResponse) -> anyhow::Result<()> {
+    if status.api_version != colonnade_proto::API_VERSION {
+        bail!(
+            "shard {endpoint} speaks shard API v{} (ps-shard {}), this client v{} (colonnade {}): \
+             run one Colonnade release on every shard and worker of a model",
+            status.api_version,
+            status.version,
+            colonnade_proto::API_VERSION,
+            env!("CARGO_PKG_VERSION"),
+        );
+    }
+    Ok(())
+}
+
 /// Refuses a shard list naming one endpoint twice (ignoring an `http://` or
 /// `https://` scheme and a trailing `/`), before anything is connected or created: a
 /// shard listed twice would be given two column ranges of one model.
@@ -463,6 +482,16 @@ pub async fn create_model(
 ) -> anyhow::Result<u64> {
     if spec.dim < shards.len() as u32 {
         bail!("--size {} is smaller than the number of shards ({}): every shard needs at least one column", spec.dim, shards.len());
+    }
+    let statuses = futures::future::join_all(shards.iter().map(|shard| {
+        let mut client = shard.client.clone();
+        async move { client.status(v1::StatusRequest {}).await }
+    }))
+    .await;
+    for (i, (shard, status)) in shards.iter().zip(statuses).enumerate() {
+        let status = status
+            .map_err(|e| CallError::from_status(&shard.endpoint, i, shards.len(), "status", &e))?;
+        same_api(&shard.endpoint, status.get_ref())?;
     }
     let expected = spec.fingerprint();
     let created = futures::future::join_all(shards.iter().enumerate().map(|(i, shard)| {

@@ -405,3 +405,102 @@ async fn create_model_over_the_limit_is_refused_before_the_counts() {
     assert!(status.message().contains("1000000"), "{}", status.message());
     shard.stop().await;
 }
+
+/// A shard of the previous API (here a stand-in that answers `Status` as a
+/// v4 ps-shard did, and nothing else): a worker of this release refuses it
+/// by name before creating anything, since its negatives would differ.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shard_of_another_api_version_is_refused() {
+    use v1::shard_server::{Shard, ShardServer};
+    struct OldShard;
+    type Reply<T> = Result<tonic::Response<T>, tonic::Status>;
+    #[tonic::async_trait]
+    impl Shard for OldShard {
+        type PullRowsStream = futures::stream::Empty<Result<v1::RowBlock, tonic::Status>>;
+        async fn create_model(
+            &self,
+            _: tonic::Request<tonic::Streaming<v1::CreateModelChunk>>,
+        ) -> Reply<v1::CreateModelResponse> {
+            Err(tonic::Status::unimplemented("old shard"))
+        }
+        async fn dotprod(&self, _: tonic::Request<DotprodRequest>) -> Reply<v1::DotprodResponse> {
+            Err(tonic::Status::unimplemented("old shard"))
+        }
+        async fn adjust(&self, _: tonic::Request<AdjustRequest>) -> Reply<v1::AdjustResponse> {
+            Err(tonic::Status::unimplemented("old shard"))
+        }
+        async fn pull_rows(
+            &self,
+            _: tonic::Request<v1::PullRowsRequest>,
+        ) -> Reply<Self::PullRowsStream> {
+            Err(tonic::Status::unimplemented("old shard"))
+        }
+        async fn status(&self, _: tonic::Request<v1::StatusRequest>) -> Reply<v1::StatusResponse> {
+            Ok(tonic::Response::new(v1::StatusResponse {
+                version: "0.1.0-api4".into(),
+                api_version: colonnade_proto::API_VERSION - 1,
+                ..Default::default()
+            }))
+        }
+        async fn drop_model(
+            &self,
+            _: tonic::Request<v1::DropModelRequest>,
+        ) -> Reply<v1::DropModelResponse> {
+            Err(tonic::Status::unimplemented("old shard"))
+        }
+        async fn checkpoint(
+            &self,
+            _: tonic::Request<v1::CheckpointRequest>,
+        ) -> Reply<v1::CheckpointResponse> {
+            Err(tonic::Status::unimplemented("old shard"))
+        }
+        async fn restore(
+            &self,
+            _: tonic::Request<v1::RestoreRequest>,
+        ) -> Reply<v1::RestoreResponse> {
+            Err(tonic::Status::unimplemented("old shard"))
+        }
+    }
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let old = listener.local_addr().expect("addr").to_string();
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(ShardServer::new(OldShard))
+            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let corpus = sample_corpus(dir.path(), 3_000);
+    let (spawned, _) = cluster(1).await;
+    let (shards, output) = (
+        format!("{},{old}", spawned[0].endpoint()),
+        dir.path().join("v.h5"),
+    );
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_colonnade"))
+            .arg("train")
+            .arg("--corpus")
+            .arg(&corpus)
+            .args(["--min-count", "2", "--size", "8", "--iter", "1"])
+            .args(["--shards", &shards])
+            .arg("--output")
+            .arg(&output)
+            .output()
+    })
+    .await
+    .expect("join")
+    .expect("run colonnade train");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    let want = format!(
+        "shard {old} speaks shard API v{} (ps-shard 0.1.0-api4), this client v{}",
+        colonnade_proto::API_VERSION - 1,
+        colonnade_proto::API_VERSION
+    );
+    assert!(err.contains(&want), "{err}");
+    assert!(!dir.path().join("v.h5").exists());
+    for s in spawned {
+        s.stop().await;
+    }
+}

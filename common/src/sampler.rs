@@ -1,10 +1,20 @@
 //! Negative sampling from the unigram distribution raised to a power (word2vec:
-//! count^0.75), by Walker's alias method: O(V) memory (8 bytes a word) and O(1)
-//! per draw, for vocabularies far beyond word2vec's 1e8-entry table.
+//! count^0.75), by Walker's alias method: O(1) per draw, for vocabularies far
+//! beyond word2vec's 1e8-entry table.
+//!
+//! From a million words on, the table's buckets are *runs* of consecutive
+//! word ids with the same count, when that is smaller: a vocabulary in count
+//! order (as `colonnade vocab` writes it) has few distinct counts (4,566 runs
+//! for the 20M words of the scale benchmark's corpus), so the table stays in
+//! the caches whatever V is, and a draw picks a run by alias, then a word of
+//! the run uniformly by a second value of the stream, with no cache or TLB
+//! miss. Otherwise (fewer words, or counts in no order) each bucket is one
+//! word: 8 bytes a word; at millions of words a draw's bucket is then a miss,
+//! which [`AliasSampler::targets`] prefetches.
 //!
 //! Shards build the table from the counts the client sends and draw from the
 //! minibatch's ChaCha8 stream; construction is plain sequential f64 arithmetic
-//! and draws use integer comparisons only, so every shard and every reference
+//! and draws use integer arithmetic only, so every shard and every reference
 //! draws the same negatives.
 
 use crate::kernels::prefetch;
@@ -18,85 +28,104 @@ pub enum SamplerError {
     TooLarge(usize),
 }
 
-/// Alias table over word ids `0..len`.
+/// Alias table over word ids `0..len`, its buckets single words or runs of
+/// equal counts (see the module doc).
 #[derive(Clone, Debug)]
 pub struct AliasSampler {
     /// Per bucket i: (probability of keeping i scaled to 2^32, u32::MAX
-    /// meaning always; the word drawn otherwise), side by side so that a draw
-    /// touches one cache line (two separate arrays cost two misses per draw;
-    /// perf put ~60 % of drawing the targets on those loads).
+    /// meaning always; the bucket drawn otherwise), side by side so that a
+    /// draw touches one cache line (two separate arrays cost two misses per
+    /// draw; perf put ~60 % of drawing the targets on those loads).
     buckets: Box<[(u32, u32)]>,
+    /// Runs: bucket k is the words `starts[k]..starts[k + 1]`, all of one
+    /// count (`buckets.len() + 1` entries, the last the word count). Empty:
+    /// bucket k is word k.
+    starts: Box<[u32]>,
+    /// Words in all.
+    words: u32,
 }
 
 impl AliasSampler {
-    /// Builds the table for weights count^power.
+    /// Builds the table for weights count^power: over runs of equal counts
+    /// ([`Self::over_runs`]) from [`RUNS_FROM_WORDS`] words on, when that
+    /// table is smaller than one bucket per word; else a bucket per word.
+    /// Below, a table per word fits the caches, and a draw over runs costs
+    /// more (a second value of the stream).
     pub fn new(counts: &[u64], power: f64) -> Result<Self, SamplerError> {
+        let runs = 1 + counts.windows(2).filter(|w| w[0] != w[1]).count();
+        Self::build(
+            counts,
+            power,
+            counts.len() >= RUNS_FROM_WORDS && runs * 12 + 4 <= counts.len() * 8,
+        )
+    }
+
+    /// [`Self::new`]'s table over runs of equal counts, whatever V and the
+    /// number of runs (12 bytes a run).
+    pub fn over_runs(counts: &[u64], power: f64) -> Result<Self, SamplerError> {
+        Self::build(counts, power, true)
+    }
+
+    fn build(counts: &[u64], power: f64, over_runs: bool) -> Result<Self, SamplerError> {
         let n = counts.len();
-        if u32::try_from(n).is_err() {
+        let Ok(words) = u32::try_from(n) else {
             return Err(SamplerError::TooLarge(n));
-        }
+        };
         let positive = counts.iter().filter(|&&c| c > 0).count();
         if positive < 2 {
             return Err(SamplerError::TooFewWords(positive));
         }
-        let weights: Vec<f64> = counts.iter().map(|&c| (c as f64).powf(power)).collect();
-        let total: f64 = weights.iter().sum();
-        let mut scaled: Vec<f64> = weights.iter().map(|w| w * n as f64 / total).collect();
-        let mut alias: Vec<u32> = (0..n as u32).collect();
-        let mut small = Vec::new();
-        let mut large = Vec::new();
-        for (i, &p) in scaled.iter().enumerate() {
-            if p < 1.0 {
-                small.push(i as u32);
-            } else {
-                large.push(i as u32);
+        if over_runs {
+            let mut starts = Vec::new();
+            let mut weights = Vec::new();
+            for (i, c) in counts.iter().enumerate() {
+                if i == 0 || counts[i - 1] != *c {
+                    starts.push(i as u32);
+                    weights.push((*c as f64).powf(power));
+                }
             }
-        }
-        while let (Some(&s), Some(&l)) = (small.last(), large.last()) {
-            small.pop();
-            alias[s as usize] = l;
-            scaled[l as usize] = (scaled[l as usize] + scaled[s as usize]) - 1.0;
-            if scaled[l as usize] < 1.0 {
-                large.pop();
-                small.push(l);
+            starts.push(words);
+            for (w, s) in weights.iter_mut().zip(starts.windows(2)) {
+                *w *= f64::from(s[1] - s[0]);
             }
-        }
-        // Whatever remains is 1 up to rounding: always keep it.
-        for i in small.into_iter().chain(large) {
-            scaled[i as usize] = 1.0;
-        }
-        let buckets = scaled
-            .iter()
-            .zip(alias)
-            .map(|(&p, alias)| {
-                let threshold = if p >= 1.0 {
-                    u32::MAX
-                } else {
-                    (p * 4_294_967_296.0) as u32
-                };
-                (threshold, alias)
+            Ok(Self {
+                buckets: alias_table(&weights),
+                starts: starts.into(),
+                words,
             })
-            .collect();
-        Ok(Self { buckets })
+        } else {
+            let weights: Vec<f64> = counts.iter().map(|&c| (c as f64).powf(power)).collect();
+            Ok(Self {
+                buckets: alias_table(&weights),
+                starts: Box::default(),
+                words,
+            })
+        }
     }
 
     pub fn len(&self) -> usize {
-        self.buckets.len()
+        self.words as usize
     }
 
     pub fn is_empty(&self) -> bool {
-        self.buckets.is_empty()
+        self.words == 0
+    }
+
+    /// Runs of equal counts the table is over, or `None` when each bucket
+    /// is one word.
+    pub fn runs(&self) -> Option<usize> {
+        (!self.starts.is_empty()).then_some(self.buckets.len())
     }
 
     /// Memory held by the table.
     pub fn memory_bytes(&self) -> usize {
-        self.buckets.len() * 8
+        self.buckets.len() * 8 + self.starts.len() * 4
     }
 
     /// One draw from the distribution.
     #[inline]
     pub fn sample<R: RngCore>(&self, rng: &mut R) -> u32 {
-        self.resolve(rng.next_u64())
+        self.resolve(|| rng.next_u64())
     }
 
     /// The bucket a 64-bit draw `r` falls in (its high half).
@@ -105,17 +134,28 @@ impl AliasSampler {
         (((r >> 32) * self.buckets.len() as u64) >> 32) as usize
     }
 
-    /// The word a 64-bit draw `r` gives: its bucket, or the bucket's alias
-    /// when the low half is at or above the bucket's threshold.
+    /// The word of one draw from `draw`: its first value's bucket, or the
+    /// bucket's alias when the low half is at or above the bucket's
+    /// threshold; over runs, then a word of the run, by the full 64 bits of
+    /// a second value.
     #[inline(always)]
-    fn resolve(&self, r: u64) -> u32 {
+    fn resolve(&self, mut draw: impl FnMut() -> u64) -> u32 {
+        let r = draw();
         let bucket = self.bucket(r);
         let (threshold, alias) = self.buckets[bucket];
-        if (r as u32) < threshold || threshold == u32::MAX {
+        let k = if (r as u32) < threshold || threshold == u32::MAX {
             bucket as u32
         } else {
             alias
+        };
+        if self.starts.is_empty() {
+            return k;
         }
+        // Always the second value, also for a run of one word (it then
+        // adds 0): a branch on the run's length mispredicted (2.6× the
+        // time per draw on part 01's vocabulary).
+        let (start, end) = (self.starts[k as usize], self.starts[k as usize + 1]);
+        start + ((u128::from(draw()) * u128::from(end - start)) >> 64) as u32
     }
 
     /// Fills `out` with negatives, none equal to `positive` (paper Fig. 5 line 7).
@@ -124,32 +164,33 @@ impl AliasSampler {
         self.negatives_from(|| rng.next_u64(), positive, out);
     }
 
-    /// [`Self::negatives`] from a stream of 64-bit draws (one per sample).
+    /// [`Self::negatives`] from a stream of 64-bit draws.
     #[inline(always)]
     fn negatives_from(&self, mut draw: impl FnMut() -> u64, positive: u32, out: &mut [u32]) {
         for slot in out {
-            let mut w = self.resolve(draw());
+            let mut w = self.resolve(&mut draw);
             let mut tries = 0;
             while w == positive {
                 tries += 1;
                 if tries == 64 {
                     // A distribution dominated by one word: take its neighbour.
-                    w = (positive + 1) % self.buckets.len() as u32;
+                    w = (positive + 1) % self.words;
                     break;
                 }
-                w = self.resolve(draw());
+                w = self.resolve(&mut draw);
             }
             *slot = w;
         }
     }
 
     /// Appends, per word of `positives`, the word then `negative` negatives
-    /// drawn by [`Self::negatives`] from `rng`, in turn: the same words,
-    /// but each draw's bucket is prefetched [`DRAW_AHEAD`] draws before it
-    /// is read. At millions of words the table is far larger than the
-    /// caches, and each bucket read was a cache (and TLB) miss that the
-    /// draw waited for. Reads `DRAW_AHEAD` values past the last one used
-    /// from `rng`, which must not be drawn from afterwards.
+    /// drawn by [`Self::negatives`] from `rng`, in turn. With a bucket per
+    /// word, each draw's bucket is prefetched [`DRAW_AHEAD`] draws before it
+    /// is read: at millions of words that table is far larger than the
+    /// caches, and each bucket read was a cache (and TLB) miss that the draw
+    /// waited for; `rng` is then read `DRAW_AHEAD` values past the last one
+    /// used, and must not be drawn from afterwards. (A table over runs is
+    /// small and needs no prefetch.)
     pub fn targets<R: RngCore>(
         &self,
         rng: &mut R,
@@ -157,13 +198,17 @@ impl AliasSampler {
         negative: usize,
         out: &mut Vec<u32>,
     ) {
+        out.reserve(positives.len() * (negative + 1));
+        if !self.starts.is_empty() {
+            return self.each_target(|| rng.next_u64(), positives, negative, out);
+        }
         let mut ahead = [0u64; DRAW_AHEAD];
         for slot in &mut ahead {
             *slot = rng.next_u64();
             prefetch(&self.buckets[self.bucket(*slot)]);
         }
         let mut next = 0;
-        let mut draw = || {
+        let draw = || {
             let r = ahead[next];
             let fresh = rng.next_u64();
             prefetch(&self.buckets[self.bucket(fresh)]);
@@ -171,7 +216,18 @@ impl AliasSampler {
             next = (next + 1) % DRAW_AHEAD;
             r
         };
-        out.reserve(positives.len() * (negative + 1));
+        self.each_target(draw, positives, negative, out);
+    }
+
+    /// [`Self::targets`]' words from the stream `draw`.
+    #[inline(always)]
+    fn each_target(
+        &self,
+        mut draw: impl FnMut() -> u64,
+        positives: &[u32],
+        negative: usize,
+        out: &mut Vec<u32>,
+    ) {
         for &w_out in positives {
             out.push(w_out);
             let start = out.len();
@@ -181,6 +237,53 @@ impl AliasSampler {
     }
 }
 
+/// Walker's alias table (Vose's construction) for `weights` (not all zero):
+/// per bucket, (threshold scaled to 2^32, u32::MAX meaning always; alias).
+fn alias_table(weights: &[f64]) -> Box<[(u32, u32)]> {
+    let n = weights.len();
+    let total: f64 = weights.iter().sum();
+    let mut scaled: Vec<f64> = weights.iter().map(|w| w * n as f64 / total).collect();
+    let mut alias: Vec<u32> = (0..n as u32).collect();
+    let mut small = Vec::new();
+    let mut large = Vec::new();
+    for (i, &p) in scaled.iter().enumerate() {
+        if p < 1.0 {
+            small.push(i as u32);
+        } else {
+            large.push(i as u32);
+        }
+    }
+    while let (Some(&s), Some(&l)) = (small.last(), large.last()) {
+        small.pop();
+        alias[s as usize] = l;
+        scaled[l as usize] = (scaled[l as usize] + scaled[s as usize]) - 1.0;
+        if scaled[l as usize] < 1.0 {
+            large.pop();
+            small.push(l);
+        }
+    }
+    // Whatever remains is 1 up to rounding: always keep it.
+    for i in small.into_iter().chain(large) {
+        scaled[i as usize] = 1.0;
+    }
+    scaled
+        .iter()
+        .zip(alias)
+        .map(|(&p, alias)| {
+            let threshold = if p >= 1.0 {
+                u32::MAX
+            } else {
+                (p * 4_294_967_296.0) as u32
+            };
+            (threshold, alias)
+        })
+        .collect()
+}
+
+/// Vocabularies from which [`AliasSampler::new`] builds its table over runs
+/// (a table per word of 8 MiB, beyond a core's L2 cache).
+pub const RUNS_FROM_WORDS: usize = 1 << 20;
+
 /// How many draws ahead [`AliasSampler::targets`] prefetches buckets.
 const DRAW_AHEAD: usize = 16;
 
@@ -189,13 +292,11 @@ mod tests {
     use super::*;
     use crate::seeds::rng;
 
-    #[test]
-    fn frequencies_follow_count_power() {
-        let counts = [1000u64, 500, 100, 10, 1, 0, 7];
-        let s = AliasSampler::new(&counts, 0.75).expect("valid counts");
+    /// Draws `draws` words and checks each word's share against
+    /// count^0.75 / Σ within 5 standard deviations; zero counts never drawn.
+    fn check_frequencies(s: &AliasSampler, counts: &[u64], draws: u64) {
         let mut r = rng(42);
-        let draws = 2_000_000;
-        let mut hist = [0u64; 7];
+        let mut hist = vec![0u64; counts.len()];
         for _ in 0..draws {
             hist[s.sample(&mut r) as usize] += 1;
         }
@@ -209,8 +310,38 @@ mod tests {
                 (got - expected).abs() < 5.0 * sd,
                 "word {i}: {got} draws, expected {expected:.0} ± {sd:.0}"
             );
+            if c == 0 {
+                assert_eq!(hist[i], 0, "word {i}: a zero count is never drawn");
+            }
         }
-        assert_eq!(hist[5], 0, "a zero count is never drawn");
+    }
+
+    #[test]
+    fn frequencies_follow_count_power() {
+        // Every count different: a bucket per word.
+        let counts = [1000u64, 500, 100, 10, 1, 0, 7];
+        let s = AliasSampler::new(&counts, 0.75).expect("valid counts");
+        assert_eq!(s.runs(), None);
+        check_frequencies(&s, &counts, 2_000_000);
+        // Fewer words than RUNS_FROM_WORDS: a bucket per word, runs or not.
+        let ones = [3u64, 1, 1, 1, 1, 1, 1, 1];
+        assert_eq!(AliasSampler::new(&ones, 0.75).expect("valid").runs(), None);
+    }
+
+    #[test]
+    fn frequencies_follow_count_power_over_runs() {
+        // Runs of equal counts (a zero run inside, counts out of order).
+        let counts = [1000u64, 500, 100, 10, 10, 10, 10, 1, 1, 1, 0, 0, 7, 7];
+        let s = AliasSampler::over_runs(&counts, 0.75).expect("valid counts");
+        assert_eq!(s.runs(), Some(7));
+        assert_eq!(s.memory_bytes(), 7 * 8 + 8 * 4);
+        check_frequencies(&s, &counts, 2_000_000);
+        // A long tail of ones behind a Zipf head, as real vocabularies end.
+        let mut zipf: Vec<u64> = (1..=200u64).map(|r| 100_000 / r).collect();
+        zipf.resize(3000, 1);
+        let s = AliasSampler::over_runs(&zipf, 0.75).expect("valid counts");
+        assert_eq!(s.runs(), Some(201), "200 distinct head counts and the tail");
+        check_frequencies(&s, &zipf, 4_000_000);
     }
 
     #[test]
@@ -228,8 +359,9 @@ mod tests {
         assert!(a.iter().all(|&w| w != 2 && w < 5));
     }
 
-    /// The prefetching batch draw gives exactly the words of the plain one,
-    /// rejections (positives drawn as their own negatives) included.
+    /// The batch draw (prefetching, with a bucket per word) gives exactly
+    /// the words of the plain one, rejections (positives drawn as their own
+    /// negatives) included, in both layouts.
     #[test]
     fn targets_draw_as_negatives_does() {
         let zipf: Vec<u64> = (1..=5000u64).map(|r| 1_000_000 / r).collect();
@@ -238,29 +370,55 @@ mod tests {
             (&zipf[..], 1),
             (&[100, 1][..], 3), // every negative of word 0 is a retry
             (&[1000, 1, 1][..], 15),
+            (&[1000, 1, 1, 1, 1, 1][..], 15),
         ] {
-            let s = AliasSampler::new(counts, 0.75).expect("valid counts");
-            let positives: Vec<u32> = (0..300u32)
-                .map(|i| (i * 7919) % counts.len() as u32)
-                .collect();
-            let mut want = Vec::new();
-            let mut plain = rng(11);
-            let mut negs = vec![0; negative];
-            for &p in &positives {
-                s.negatives(&mut plain, p, &mut negs);
-                want.push(p);
-                want.extend_from_slice(&negs);
+            for s in [
+                AliasSampler::new(counts, 0.75).expect("valid counts"),
+                AliasSampler::over_runs(counts, 0.75).expect("valid counts"),
+            ] {
+                let positives: Vec<u32> = (0..300u32)
+                    .map(|i| (i * 7919) % counts.len() as u32)
+                    .collect();
+                let mut want = Vec::new();
+                let mut plain = rng(11);
+                let mut negs = vec![0; negative];
+                for &p in &positives {
+                    s.negatives(&mut plain, p, &mut negs);
+                    want.push(p);
+                    want.extend_from_slice(&negs);
+                }
+                let mut got = vec![42];
+                s.targets(&mut rng(11), &positives, negative, &mut got);
+                assert_eq!(got[0], 42, "appends");
+                assert_eq!(
+                    &got[1..],
+                    &want[..],
+                    "{} words, {negative} negatives, runs {:?}",
+                    counts.len(),
+                    s.runs()
+                );
             }
-            let mut got = vec![42];
-            s.targets(&mut rng(11), &positives, negative, &mut got);
-            assert_eq!(got[0], 42, "appends");
-            assert_eq!(
-                &got[1..],
-                &want[..],
-                "{} words, {negative} negatives",
-                counts.len()
-            );
         }
+    }
+
+    /// A million-word vocabulary in count order gets the table over runs;
+    /// the same counts out of order (as many runs as words), a bucket per
+    /// word.
+    #[test]
+    fn large_sorted_vocabularies_get_the_table_over_runs() {
+        let mut counts: Vec<u64> = (1..=1000u64).map(|r| 1_000_000 / r).collect();
+        counts.resize(RUNS_FROM_WORDS, 1);
+        let s = AliasSampler::new(&counts, 0.75).expect("valid counts");
+        assert_eq!(
+            s.runs(),
+            Some(1001),
+            "1000 distinct head counts and the tail"
+        );
+        assert_eq!(s.memory_bytes(), 1001 * 12 + 4);
+        let alternating: Vec<u64> = (0..RUNS_FROM_WORDS as u64).map(|i| 1 + i % 2).collect();
+        let s = AliasSampler::new(&alternating, 0.75).expect("valid counts");
+        assert_eq!(s.runs(), None);
+        assert_eq!(s.memory_bytes(), RUNS_FROM_WORDS * 8);
     }
 
     #[test]

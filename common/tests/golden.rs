@@ -52,6 +52,22 @@ fn sampler_draws_are_pinned() {
     assert_eq!(negs, GOLDEN_NEGATIVES);
 }
 
+/// The table over runs of equal counts (what a count-ordered vocabulary of
+/// a million words or more gets): each draw takes a second value of the
+/// stream, the word within its run.
+#[test]
+fn sampler_draws_over_runs_are_pinned() {
+    let sampler =
+        AliasSampler::over_runs(&[50, 40, 40, 20, 20, 20, 5, 1, 1, 1, 1], 0.75).expect("sampler");
+    assert_eq!(sampler.runs(), Some(5));
+    let mut r = rng(7);
+    let draws: Vec<u32> = (0..16).map(|_| sampler.sample(&mut r)).collect();
+    let mut negs = [0u32; 8];
+    sampler.negatives(&mut r, 3, &mut negs);
+    assert_eq!(draws, GOLDEN_RUN_DRAWS);
+    assert_eq!(negs, GOLDEN_RUN_NEGATIVES);
+}
+
 const GOLDEN_DERIVE: [u64; 4] = [
     5812796057127981061,
     8987039759358362724,
@@ -71,3 +87,5 @@ const GOLDEN_INIT: [u32; 9] = [
 ];
 const GOLDEN_DRAWS: [u32; 16] = [1, 1, 4, 5, 4, 1, 0, 5, 2, 2, 1, 1, 3, 0, 2, 3];
 const GOLDEN_NEGATIVES: [u32; 8] = [1, 1, 1, 3, 5, 3, 2, 1];
+const GOLDEN_RUN_DRAWS: [u32; 16] = [0, 2, 6, 0, 2, 1, 3, 4, 1, 1, 5, 0, 1, 7, 0, 6];
+const GOLDEN_RUN_NEGATIVES: [u32; 8] = [1, 4, 1, 1, 5, 5, 1, 5];

@@ -33,8 +33,10 @@ pub use shards::{CallError, ModelShards};
 /// Version of the shard API carried in `StatusResponse.api_version`. 2:
 /// dot products and weights travel as one pair-major array. 3: lineages,
 /// checkpoints and restore. 4: several minibatches per call, minibatches as
-/// sentence windows, weights as half floats scaled by 1/α.
-pub const API_VERSION: u32 = 4;
+/// sentence windows, weights as half floats scaled by 1/α. 5: from a
+/// million words on, negatives drawn from a table over runs of equal counts
+/// (`colonnade_common::sampler`); a client refuses shards of another version.
+pub const API_VERSION: u32 = 5;
 
 /// Largest gRPC message either side accepts or sends (default tonic limit is
 /// 4 MiB). The largest real ones are a call's dot products (at most
