@@ -19,6 +19,8 @@ import platform
 import re
 import resource
 import shlex
+import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -66,6 +68,46 @@ def decompress(src: Path, dst: Path) -> int:
             fout.write(line)
             tokens += len(line.split())
     return tokens
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def status_kib(pid: int, field: str) -> int:
+    """A `VmRSS:`-style field of /proc/PID/status, in KiB (0 if absent)."""
+    with open(f"/proc/{pid}/status", encoding="ascii") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+def start_shards(bin_dir: Path, n: int, work: Path, tag: str) -> list[tuple[subprocess.Popen, str]]:
+    """`n` `ps-shard --threads 1` processes of `bin_dir` on free loopback ports
+    (logs under `work`), as (process, endpoint); stop them with stop_shards."""
+    shards = []
+    for i in range(n):
+        port = free_port()
+        logf = open(work / f"{tag}-shard{i}.log", "wb")  # noqa: SIM115
+        p = subprocess.Popen([str(bin_dir / "ps-shard"), "--listen", f"127.0.0.1:{port}", "--threads", "1"],
+                             stdout=logf, stderr=subprocess.STDOUT)
+        logf.close()
+        shards.append((p, f"127.0.0.1:{port}"))
+    time.sleep(1)
+    return shards
+
+
+def stop_shards(shards: list[tuple[subprocess.Popen, str]]) -> None:
+    for p, _ in shards:
+        p.send_signal(signal.SIGTERM)
+    for p, _ in shards:
+        try:
+            p.wait(30)
+        except subprocess.TimeoutExpired:
+            p.kill()
 
 
 def proc_cpu_seconds(pid: int) -> float | None:

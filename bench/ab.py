@@ -14,7 +14,11 @@ bench/results/ab-*.json.
         --embedded-shards 4
 
 Everything after `--` is passed to `colonnade train`; `--summary` and
-`--output` are added per run (under --work). Run nothing else heavy meanwhile.
+`--output` are added per run (under --work). With `--shard-processes N`, each
+run starts N `ps-shard --threads 1` processes of its own binary directory
+(a worker refuses shards of another API version) and adds `--shards`; the
+run then also records each shard's CPU seconds and peak RSS. Run nothing
+else heavy meanwhile.
 """
 
 from __future__ import annotations
@@ -38,10 +42,19 @@ def identity(bin_dir: Path) -> dict:
     return {"dir": str(bin_dir), "version": c.colonnade_version(bin_dir), "sha256": digest}
 
 
-def one_run(bin_dir: Path, train: list[str], work: Path, tag: str) -> dict:
+def one_run(bin_dir: Path, train: list[str], work: Path, tag: str, shard_processes: int = 0) -> dict:
     summary, out = work / f"{tag}.json", work / f"{tag}.h5"
     cmd = [str(bin_dir / "colonnade"), "train", *train, "--summary", str(summary), "--output", str(out)]
-    r = c.run_child(cmd, work / f"{tag}.log")
+    shards = c.start_shards(bin_dir, shard_processes, work, tag) if shard_processes else []
+    try:
+        if shards:
+            cmd += ["--shards", ",".join(e for _, e in shards)]
+        r = c.run_child(cmd, work / f"{tag}.log")
+        if shards:
+            r["shards"] = [{"cpu_seconds": c.proc_cpu_seconds(p.pid),
+                            "peak_rss_mb": c.status_kib(p.pid, "VmHWM") / 1024} for p, _ in shards]
+    finally:
+        c.stop_shards(shards)
     if r["returncode"] != 0:
         raise SystemExit(f"{tag} failed (exit {r['returncode']}):\n{c.tail(work / f'{tag}.log')}")
     s = json.loads(summary.read_text())
@@ -49,7 +62,8 @@ def one_run(bin_dir: Path, train: list[str], work: Path, tag: str) -> dict:
     r["epoch_loss"] = s.get("epoch_loss")
     out.unlink(missing_ok=True)
     c.log(f"{tag}: {r['words_per_second']:,.0f} words/s, wall {r['wall_seconds']:.1f} s, "
-          f"peak {r['peak_rss_mb']:,.0f} MB")
+          f"peak {r['peak_rss_mb']:,.0f} MB"
+          + "".join(f"; shard {s['cpu_seconds']:.0f} CPU-s, {s['peak_rss_mb']:,.0f} MB" for s in r.get("shards", [])))
     return r
 
 
@@ -60,6 +74,8 @@ def main() -> int:
     p.add_argument("--pairs", type=int, default=3)
     p.add_argument("--warmup", action="store_true", help="one uncounted B run first (page cache)")
     p.add_argument("--label", default="ab")
+    p.add_argument("--shard-processes", type=int, default=0,
+                   help="train over this many ps-shard processes of each side's binaries")
     p.add_argument("--work", type=Path, default=Path("/tmp/colonnade-ab"))
     p.add_argument("--out", type=Path, default=c.REPO / "bench" / "results")
     p.add_argument("train", nargs=argparse.REMAINDER, help="-- then the `colonnade train` flags")
@@ -71,10 +87,10 @@ def main() -> int:
                     "a": identity(args.a), "b": identity(args.b),
                     "train": train, "command": sys.argv, "pairs": []}
     if args.warmup:
-        one_run(args.b, train, args.work, "warmup")
+        one_run(args.b, train, args.work, "warmup", args.shard_processes)
     for i in range(args.pairs):
-        a = one_run(args.a, train, args.work, f"a{i}")
-        b = one_run(args.b, train, args.work, f"b{i}")
+        a = one_run(args.a, train, args.work, f"a{i}", args.shard_processes)
+        b = one_run(args.b, train, args.work, f"b{i}", args.shard_processes)
         pair = {"a": a, "b": b, "words_per_second_a_over_b": a["words_per_second"] / b["words_per_second"],
                 "wall_a_over_b": a["wall_seconds"] / b["wall_seconds"],
                 "cpu_a_over_b": a["cpu_seconds"] / b["cpu_seconds"]}
@@ -85,6 +101,11 @@ def main() -> int:
     for side in ("a", "b"):
         med[f"words_per_second_{side}"] = statistics.median(pr[side]["words_per_second"] for pr in report["pairs"])
         med[f"peak_rss_mb_{side}"] = statistics.median(pr[side]["peak_rss_mb"] for pr in report["pairs"])
+        if args.shard_processes:
+            med[f"shard_cpu_seconds_{side}"] = statistics.median(
+                sum(s["cpu_seconds"] for s in pr[side]["shards"]) for pr in report["pairs"])
+            med[f"shard_peak_rss_mb_{side}"] = statistics.median(
+                max(s["peak_rss_mb"] for s in pr[side]["shards"]) for pr in report["pairs"])
     report["medians"] = med
     args.out.mkdir(parents=True, exist_ok=True)
     out = args.out / f"ab-{args.label}-{time.strftime('%Y%m%d-%H%M%S')}.json"

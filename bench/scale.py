@@ -33,7 +33,6 @@ import argparse
 import json
 import shlex
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -42,6 +41,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common as c  # noqa: E402
+from _common import free_port, status_kib  # noqa: E402
 
 
 def parse_count(s: str) -> int:
@@ -59,20 +59,6 @@ def step(name: str, cmd: list, work: Path, results: dict) -> dict:
     results[name] = r
     c.log(f"{name}: {r['wall_seconds']:.1f} s, peak RSS {r['peak_rss_mb']:.0f} MB")
     return r
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def status_kib(pid: int, field: str) -> int:
-    with open(f"/proc/{pid}/status", encoding="ascii") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    return 0
 
 
 def formula(words: int, cols: int) -> int:
