@@ -11,7 +11,9 @@ For each V in --words (default 1M,5M,20M), on a `colonnade synth` corpus of
   eval --groups (planted recall)
 
 recording each stage's wall time and peak RSS, and each shard process's peak
-RSS against the sizing formula 2·V·(cols·4 + 4) + 16·V. In the same run:
+RSS against the sizing formula 2·V·(cols·4 + 4) + 16·V (a bound) and against
+the same without the alias table's 8·V, which from a million words on is a
+table over runs of equal counts of a few KB. In the same run:
 embedded training on part 01 (its own 68K-word vocabulary, the same flags)
 for the words/s ratio, and gensim on the corpus of every V in --gensim-words
 (its RSS, words/s; a failure is recorded, not fatal).
@@ -61,8 +63,10 @@ def step(name: str, cmd: list, work: Path, results: dict) -> dict:
     return r
 
 
-def formula(words: int, cols: int) -> int:
-    return 2 * words * (cols * 4 + 4) + 16 * words
+def formula(words: int, cols: int, table_over_runs: bool = False) -> int:
+    """README's sizing bound; with `table_over_runs` (a count-ordered vocabulary of a million
+    words or more, as `synth` + `vocab` make) without the alias table's 8·V, which is then a few KB."""
+    return 2 * words * (cols * 4 + 4) + (8 if table_over_runs else 16) * words
 
 
 def summary_of(path: Path) -> dict:
@@ -162,12 +166,16 @@ def cluster(args, words: int, work: Path, enc: Path, vocab: Path, flags: list) -
         for i, (p, e, _) in enumerate(shards):
             cols = args.size * (i + 1) // 4 - args.size * i // 4  # common::model::column_range
             need = formula(words, cols)
+            exact = formula(words, cols, table_over_runs=words >= 1 << 20)
             peak = status_kib(p.pid, "VmHWM") * 1024 - base[i]
             held = status_kib(p.pid, "VmRSS") * 1024 - base[i]
             per.append({"endpoint": e, "formula_bytes": need, "peak_bytes": peak, "held_bytes": held,
-                        "peak_over_formula": peak / need, "train_cpu_seconds": c.proc_cpu_seconds(p.pid) - cpu0[i]})
+                        "peak_over_formula": peak / need, "formula_with_table_bytes": exact,
+                        "peak_over_formula_with_table": peak / exact,
+                        "train_cpu_seconds": c.proc_cpu_seconds(p.pid) - cpu0[i]})
         res["shards"] = per
         c.log("shards: peak/formula " + ", ".join(f"{s['peak_over_formula']:.3f}" for s in per)
+              + "; with the table they hold " + ", ".join(f"{s['peak_over_formula_with_table']:.3f}" for s in per)
               + "; CPU s over create + training " + ", ".join(f"{s['train_cpu_seconds']:.0f}" for s in per))
         step("export", [b, "export", "--shards", endpoints, "--vocab", vocab, "--output", work / "cluster.h5"],
              work, res)

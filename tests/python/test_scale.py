@@ -27,9 +27,12 @@ def status_kib(pid: int, field: str) -> int:
     raise AssertionError(f"no {field} in /proc/{pid}/status")
 
 
-def formula_bytes(words: int, cols: int) -> int:
-    """README's sizing: 2 matrices × V × (cols × 4 + 4 bytes of row lock) + 16 × V (sampler, counts)."""
-    return 2 * words * (cols * 4 + 4) + 16 * words
+def formula_bytes(words: int, cols: int, table_over_runs: bool = False) -> int:
+    """README's sizing: 2 matrices × V × (cols × 4 + 4 bytes of row lock) + 16 × V (sampler, counts).
+    The sampler's 8 × V is a bound: from a million words on, a count-ordered vocabulary's alias
+    table is over runs of equal counts, a few KB (`table_over_runs`)."""
+    sampler = 0 if table_over_runs else 8 * words
+    return 2 * words * (cols * 4 + 4) + 8 * words + sampler
 
 
 def test_two_million_words_over_four_shards_within_the_formula(shard_launcher, tmp_path):
@@ -54,15 +57,20 @@ def test_two_million_words_over_four_shards_within_the_formula(shard_launcher, t
     assert 0 <= estimate < log.find("model ready on every shard"), "the estimate must be printed before the model is made\n" + log
     assert json.loads(summary.read_text())["progress_reached"] == 1.0
 
-    need = formula_bytes(WORDS, DIM // SHARDS)
+    # The peak against README's bound; what is held against the formula with the table this
+    # vocabulary gets (2M words in count order: over runs, so the bound's 8 × V for it is not
+    # held). About 15 MiB of a shard's peak is fixed (threads, gRPC buffers): 9 % of this small
+    # model, 0.4 % of bench/scale.sh's 20M one.
+    bound = formula_bytes(WORDS, DIM // SHARDS)
+    need = formula_bytes(WORDS, DIM // SHARDS, table_over_runs=True)
     for pid, base, s in zip(pids, idle, shard_launcher.shards, strict=True):
         peak = status_kib(pid, "VmHWM") * 1024 - base
         held = status_kib(pid, "VmRSS") * 1024 - base
-        ratio = peak / need
-        print(f"{s.endpoint}: formula {need / 2**20:.1f} MiB, peak {peak / 2**20:.1f} MiB ({ratio:.3f}x), "
-              f"held {held / 2**20:.1f} MiB")
-        assert ratio <= 1.1, f"{s.endpoint}: peak {peak} bytes > 1.1 × formula {need}\n{s.log_text()}"
-        assert held >= 0.9 * need, f"{s.endpoint}: holds {held} bytes, formula says {need}: is the formula too high?"
+        ratio = peak / bound
+        print(f"{s.endpoint}: formula {bound / 2**20:.1f} MiB as a bound, {need / 2**20:.1f} MiB with this "
+              f"table, peak {peak / 2**20:.1f} MiB ({ratio:.3f}x the bound), held {held / 2**20:.1f} MiB")
+        assert ratio <= 1.1, f"{s.endpoint}: peak {peak} bytes > 1.1 × formula {bound}\n{s.log_text()}"
+        assert held >= 0.95 * need, f"{s.endpoint}: holds {held} bytes, formula says {need}: is the formula too high?"
 
     out = tmp_path / "model.h5"
     run([colonnade(), "export", "--shards", ",".join(endpoints), "--vocab", vocab, "--output", out], timeout=600)
