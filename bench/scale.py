@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
-import signal
 import statistics
 import subprocess
 import sys
@@ -43,7 +42,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common as c  # noqa: E402
-from _common import free_port, status_kib  # noqa: E402
+from _common import status_kib  # noqa: E402
 
 
 def parse_count(s: str) -> int:
@@ -146,24 +145,17 @@ def _json_tail(path: Path) -> str:
 
 def cluster(args, words: int, work: Path, enc: Path, vocab: Path, flags: list) -> dict:
     b = args.bin_dir / "colonnade"
-    shards = []
+    shards = c.start_shards(args.bin_dir, 4, work, "cluster")
     try:
-        for i in range(4):
-            port = free_port()
-            logf = open(work / f"shard{i}.log", "wb")  # noqa: SIM115
-            p = subprocess.Popen([str(args.bin_dir / "ps-shard"), "--listen", f"127.0.0.1:{port}", "--threads", "1"],
-                                 stdout=logf, stderr=subprocess.STDOUT)
-            shards.append((p, f"127.0.0.1:{port}", logf))
-        time.sleep(1)
-        base = [status_kib(p.pid, "VmRSS") * 1024 for p, _, _ in shards]
-        cpu0 = [c.proc_cpu_seconds(p.pid) for p, _, _ in shards]
-        endpoints = ",".join(e for _, e, _ in shards)
+        base = [status_kib(p.pid, "VmRSS") * 1024 for p, _ in shards]
+        cpu0 = [c.proc_cpu_seconds(p.pid) for p, _ in shards]
+        endpoints = ",".join(e for _, e in shards)
         res: dict = {}
         step("train_cluster", [b, "train", "--encoded", enc, "--vocab", vocab, "--shards", endpoints, *flags,
                                "--summary", work / "cluster.json"], work, res)
         res["train_cluster"]["summary"] = summary_of(work / "cluster.json")
         per = []
-        for i, (p, e, _) in enumerate(shards):
+        for i, (p, e) in enumerate(shards):
             cols = args.size * (i + 1) // 4 - args.size * i // 4  # common::model::column_range
             need = formula(words, cols)
             exact = formula(words, cols, table_over_runs=words >= 1 << 20)
@@ -181,13 +173,7 @@ def cluster(args, words: int, work: Path, enc: Path, vocab: Path, flags: list) -
              work, res)
         return res
     finally:
-        for p, _, logf in shards:
-            p.send_signal(signal.SIGTERM)
-            try:
-                p.wait(30)
-            except subprocess.TimeoutExpired:
-                p.kill()
-            logf.close()
+        c.stop_shards(shards)
 
 
 def part01(args, root: Path) -> dict:

@@ -52,7 +52,7 @@ impl AliasSampler {
     /// Below, a table per word fits the caches, and a draw over runs costs
     /// more (a second value of the stream).
     pub fn new(counts: &[u64], power: f64) -> Result<Self, SamplerError> {
-        let runs = 1 + counts.windows(2).filter(|w| w[0] != w[1]).count();
+        let runs = counts.chunk_by(|a, b| a == b).count();
         Self::build(
             counts,
             power,
@@ -75,32 +75,26 @@ impl AliasSampler {
         if positive < 2 {
             return Err(SamplerError::TooFewWords(positive));
         }
-        if over_runs {
-            let mut starts = Vec::new();
-            let mut weights = Vec::new();
-            for (i, c) in counts.iter().enumerate() {
-                if i == 0 || counts[i - 1] != *c {
-                    starts.push(i as u32);
-                    weights.push((*c as f64).powf(power));
-                }
+        let weight = |c: u64| (c as f64).powf(power);
+        let (weights, starts) = if over_runs {
+            // A run's weight: its count's, times its words.
+            let (mut weights, mut starts) = (Vec::new(), Vec::new());
+            let mut start = 0;
+            for run in counts.chunk_by(|a, b| a == b) {
+                weights.push(weight(run[0]) * run.len() as f64);
+                starts.push(start);
+                start += run.len() as u32;
             }
             starts.push(words);
-            for (w, s) in weights.iter_mut().zip(starts.windows(2)) {
-                *w *= f64::from(s[1] - s[0]);
-            }
-            Ok(Self {
-                buckets: alias_table(&weights),
-                starts: starts.into(),
-                words,
-            })
+            (weights, starts)
         } else {
-            let weights: Vec<f64> = counts.iter().map(|&c| (c as f64).powf(power)).collect();
-            Ok(Self {
-                buckets: alias_table(&weights),
-                starts: Box::default(),
-                words,
-            })
-        }
+            (counts.iter().map(|&c| weight(c)).collect(), Vec::new())
+        };
+        Ok(Self {
+            buckets: alias_table(&weights),
+            starts: starts.into(),
+            words,
+        })
     }
 
     pub fn len(&self) -> usize {
