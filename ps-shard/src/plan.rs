@@ -196,16 +196,11 @@ impl Targets {
         // position up without dividing by `per_pair` (a `div` per dot
         // product was a quarter of this function's time).
         self.input_of_dot.clear();
-        if mb.cbow {
-            for p in 0..inputs.len() as u32 {
-                self.input_of_dot.extend(std::iter::repeat_n(p, per_pair));
-            }
-        } else {
-            for (p, &c) in context_counts.iter().enumerate() {
-                let dots = c as usize * per_pair;
-                self.input_of_dot
-                    .extend(std::iter::repeat_n(p as u32, dots));
-            }
+        for (p, &c) in context_counts.iter().enumerate() {
+            // A position's examples: CBOW one, skip-gram one per context word.
+            let examples = if mb.cbow { 1 } else { c as usize };
+            self.input_of_dot
+                .extend(std::iter::repeat_n(p as u32, examples * per_pair));
         }
         self.keys.clear();
         self.keys.extend(
