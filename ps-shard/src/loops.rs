@@ -347,7 +347,7 @@ pub(crate) fn fused_loop<'a>(work: Work<'a>, steps: FusedSteps<'a>) {
     // of the two calls). Per row, in one hold of its lock: its dot
     // products, their weights, its updates. (Two holds, one for the dots
     // and one for the updates, cost two more locked instructions per row,
-    // each waiting for the store buffer: 12 % of the loop at V = 5M.)
+    // each waiting on memory: 12 % of the loop at V = 5M.)
     for (x, run) in RowRuns::new(v, plan, groups) {
         let scale = row_step_scale(run.len() as u64, cap);
         v.with_row_mut(x, |row| {
