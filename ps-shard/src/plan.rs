@@ -42,17 +42,18 @@ pub fn row_step_scale(k: u64, cap: u64) -> f32 {
 const DIGIT_BITS: u32 = 11;
 
 /// Sorts `keys` (row << 32 | index) stably by row: an LSD radix sort over
-/// the bits that `rows_or`, the bitwise or of every key's row, has, in as
-/// few digits of at most [`DIGIT_BITS`] as they need (a 10K-word
+/// the bits the keys' rows use (their bitwise or, so no bound is trusted),
+/// in as few digits of at most [`DIGIT_BITS`] as they need (a 10K-word
 /// vocabulary two of 7 bits, a 69K-word one two of 9, a 20M-word one three
 /// of 9; whole bytes took 3 and 4 passes there), skipping digits that are
 /// the same in every key. `tmp` is its second buffer, kept by the caller
 /// from call to call: the `radsort` crate this replaces allocated one per
 /// call, the one allocation a steady-state `dotprod` made besides its
 /// response (`ps-shard/tests/allocations.rs`).
-pub(crate) fn sort_by_row(keys: &mut Vec<u64>, tmp: &mut Vec<u64>, rows_or: u32) {
+pub(crate) fn sort_by_row(keys: &mut Vec<u64>, tmp: &mut Vec<u64>) {
     const MAX_DIGITS: usize = u32::BITS.div_ceil(DIGIT_BITS) as usize;
     let n = keys.len();
+    let rows_or = (keys.iter().fold(0, |a, &k| a | k) >> 32) as u32;
     let bits = (u32::BITS - rows_or.leading_zeros()).max(1);
     let digits = bits.div_ceil(DIGIT_BITS);
     let width = bits.div_ceil(digits);
@@ -216,14 +217,14 @@ impl Targets {
                 .extend(std::iter::repeat_n(p as u32, examples * per_pair));
         }
         self.keys.clear();
-        let mut rows_or = 0;
-        self.keys
-            .extend(self.ids.iter().enumerate().map(|(t, &row)| {
-                rows_or |= row;
-                (u64::from(row) << 32) | t as u64
-            }));
+        self.keys.extend(
+            self.ids
+                .iter()
+                .enumerate()
+                .map(|(t, &row)| (u64::from(row) << 32) | t as u64),
+        );
         // A stable radix sort on the row alone: ties keep request order.
-        sort_by_row(&mut self.keys, &mut self.keys_tmp, rows_or);
+        sort_by_row(&mut self.keys, &mut self.keys_tmp);
         // Two passes over locals: pushing to both vectors of `self` in one
         // loop reloaded their lengths and capacities at every key (a store
         // through one might have changed the other's), a third of this
@@ -318,9 +319,8 @@ mod tests {
                 rows.iter().enumerate().map(|(t, &r)| (u64::from(r) << 32) | t as u64).collect();
             let mut want = keys.clone();
             want.sort_unstable();
-            let rows_or = rows.iter().fold(0, |a, &r| a | r);
             let mut tmp = vec![7; 3];
-            sort_by_row(&mut keys, &mut tmp, rows_or);
+            sort_by_row(&mut keys, &mut tmp);
             prop_assert_eq!(keys, want);
         }
     }
