@@ -1,19 +1,21 @@
 //! Criterion benches for the shard's hot paths: the `dotprod` and `adjust`
 //! handlers' core on a text8-sized model (69K words, 50 columns = d 100 on 2
-//! shards), and the vector kernels they use.
+//! shards), the fused loop of an embedded shard at d 128 from a vocabulary
+//! that fits L2 to one that fits no cache, and the vector kernels they use.
 //!
 //! `cargo bench -p colonnade-ps-shard` (results in target/criterion).
 
 use colonnade_common::kernels::{axpy, dot};
 use colonnade_common::model::ModelSpec;
 use colonnade_proto::Minibatch;
-use colonnade_ps_shard::model::Scratch;
+use colonnade_ps_shard::model::{Joined, Model, Scratch};
 use colonnade_ps_shard::plan::Targets;
 use colonnade_ps_shard::{ShardCore, ShardSpec};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::hint::black_box;
+use std::sync::Arc;
 
 const VOCAB: usize = 69_000;
 const COLS: u32 = 50;
@@ -144,5 +146,64 @@ fn kernels(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, handlers, kernels);
+/// The fused loop (an embedded shard holding whole vectors) on a graph run's
+/// shape: d 128, negative 5, 256 input positions with 2..=20 outputs each
+/// (window 10's mean of 11), ids Zipf-like over `vocab`. From 2K words
+/// (u and v, 2 MiB together, fit L2) to 1M (1 GiB, no cache): the time a
+/// dot product takes when its rows come from each level. α is 0, so the
+/// model stays as created however often the bench repeats the minibatch;
+/// the loop does the same arithmetic as with any other α.
+fn fused(c: &mut Criterion) {
+    const DIM: u32 = 128;
+    let mut group = c.benchmark_group("fused");
+    for vocab in [2_000usize, 10_000, 100_000, 1_000_000] {
+        let model = ModelSpec {
+            vocab_fingerprint: 1,
+            vocab_size: vocab as u64,
+            dim: DIM,
+            negative: NEGATIVE,
+            sampling_power: 0.75,
+            init_seed: 1,
+            cbow: false,
+        };
+        let counts: Vec<u64> = (0..vocab)
+            .map(|r| (10_000_000.0 / (r as f64 + 1.0)).max(5.0) as u64)
+            .collect();
+        let spec = ShardSpec {
+            model,
+            col_start: 0,
+            col_end: DIM,
+        };
+        let shard = Arc::new(Model::new(spec, &counts).expect("model"));
+        let joined = Joined::of(std::slice::from_ref(&shard)).expect("whole vectors");
+        let mut rng = ChaCha8Rng::seed_from_u64(vocab as u64);
+        let mut zipf = || ((vocab as f64).powf(rng.random::<f64>()) as u32).min(vocab as u32 - 1);
+        let inputs: Vec<u32> = (0..256).map(|_| zipf()).collect();
+        let context_counts: Vec<u32> = (0..256u32).map(|i| 2 + (i * 7) % 19).collect();
+        let total: u32 = context_counts.iter().sum();
+        let outputs: Vec<u32> = (0..total).map(|_| zipf()).collect();
+        let b = Minibatch {
+            seed: 7,
+            alpha: 0.0,
+            inputs,
+            context_counts,
+            outputs,
+            ..Minibatch::default()
+        };
+        let (mut targets, mut scratch, mut dots) =
+            (Targets::default(), Scratch::default(), Vec::new());
+        shard.draw_targets(&b, &mut targets).expect("targets");
+        group.throughput(Throughput::Elements(targets.len() as u64));
+        group.bench_with_input(BenchmarkId::new("dots", vocab), &vocab, |bench, _| {
+            bench.iter(|| {
+                joined
+                    .fused(black_box(&b), &targets, &mut scratch, &mut dots)
+                    .expect("fused")
+            });
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, handlers, fused, kernels);
 criterion_main!(benches);
