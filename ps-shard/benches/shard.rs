@@ -1,7 +1,7 @@
 //! Criterion benches for the shard's hot paths: the `dotprod` and `adjust`
 //! handlers' core on a text8-sized model (69K words, 50 columns = d 100 on 2
 //! shards), the fused loop of an embedded shard at d 128 from a vocabulary
-//! that fits L2 to one that fits no cache, and the vector kernels they use.
+//! that fits L2 to one of 1M words, and the vector kernels they use.
 //!
 //! `cargo bench -p colonnade-ps-shard` (results in target/criterion).
 
@@ -149,8 +149,9 @@ fn kernels(c: &mut Criterion) {
 /// The fused loop (an embedded shard holding whole vectors) on a graph run's
 /// shape: d 128, negative 5, 256 input positions with 2..=20 outputs each
 /// (window 10's mean of 11), ids Zipf-like over `vocab`. From 2K words
-/// (u and v, 2 MiB together, fit L2) to 1M (1 GiB, no cache): the time a
-/// dot product takes when its rows come from each level. α is 0, so the
+/// (u and v, 2 MiB together, fit L2) to 1M (1 GiB, of which the repeated
+/// call touches about 17 MB, so mostly L3): the time a dot product takes as
+/// its rows come from farther away. α is 0, so the
 /// model stays as created however often the bench repeats the minibatch;
 /// the loop does the same arithmetic as with any other α.
 fn fused(c: &mut Criterion) {
