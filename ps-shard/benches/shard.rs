@@ -21,35 +21,47 @@ const VOCAB: usize = 69_000;
 const COLS: u32 = 50;
 const NEGATIVE: u32 = 5;
 
-/// Zipf-like counts, as a text corpus has.
-fn counts() -> Vec<u64> {
-    (0..VOCAB)
+/// Zipf-like counts of `vocab` words, as a text corpus has.
+fn counts(vocab: usize) -> Vec<u64> {
+    (0..vocab)
         .map(|r| (10_000_000.0 / (r as f64 + 1.0)).max(5.0) as u64)
         .collect()
 }
 
-/// A minibatch of `inputs` input words with 2..=10 outputs each, ids drawn
-/// Zipf-like (frequent words most often).
-fn batch(inputs: usize, seed: u64) -> (Vec<u32>, Vec<u32>, Vec<u32>) {
+/// A skip-gram model of `vocab` words and `dim` dimensions, negative 5.
+fn model_spec(vocab: usize, dim: u32) -> ModelSpec {
+    ModelSpec {
+        vocab_fingerprint: 1,
+        vocab_size: vocab as u64,
+        dim,
+        negative: NEGATIVE,
+        sampling_power: 0.75,
+        init_seed: 1,
+        cbow: false,
+    }
+}
+
+/// A minibatch of `inputs` input words with 2..=`most_outputs` outputs each,
+/// ids drawn Zipf-like over `vocab` (frequent words most often).
+fn batch(
+    vocab: usize,
+    inputs: usize,
+    most_outputs: u32,
+    seed: u64,
+) -> (Vec<u32>, Vec<u32>, Vec<u32>) {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let mut zipf = || ((VOCAB as f64).powf(rng.random::<f64>()) as u32).min(VOCAB as u32 - 1);
+    let mut zipf = || ((vocab as f64).powf(rng.random::<f64>()) as u32).min(vocab as u32 - 1);
     let ins: Vec<u32> = (0..inputs).map(|_| zipf()).collect();
-    let counts: Vec<u32> = (0..inputs).map(|i| 2 + (i as u32 * 7) % 9).collect();
+    let counts: Vec<u32> = (0..inputs)
+        .map(|i| 2 + (i as u32 * 7) % (most_outputs - 1))
+        .collect();
     let total: u32 = counts.iter().sum();
     let outs: Vec<u32> = (0..total).map(|_| zipf()).collect();
     (ins, counts, outs)
 }
 
 fn shard() -> (ShardCore, u64) {
-    let model = ModelSpec {
-        vocab_fingerprint: 1,
-        vocab_size: VOCAB as u64,
-        dim: 2 * COLS,
-        negative: NEGATIVE,
-        sampling_power: 0.75,
-        init_seed: 1,
-        cbow: false,
-    };
+    let model = model_spec(VOCAB, 2 * COLS);
     let fp = model.fingerprint();
     let core = ShardCore::new(None);
     core.create_model(
@@ -58,7 +70,7 @@ fn shard() -> (ShardCore, u64) {
             col_start: 0,
             col_end: COLS,
         },
-        &counts(),
+        &counts(VOCAB),
     )
     .expect("create");
     (core, fp)
@@ -69,7 +81,7 @@ fn handlers(c: &mut Criterion) {
     let model = core.model(fp).expect("model");
     let mut group = c.benchmark_group("shard");
     for inputs in [64usize, 256, 1024] {
-        let (ins, ctx, outs) = batch(inputs, inputs as u64);
+        let (ins, ctx, outs) = batch(VOCAB, inputs, 10, inputs as u64);
         let pairs = outs.len();
         let b = Minibatch {
             seed: 7,
@@ -158,31 +170,14 @@ fn fused(c: &mut Criterion) {
     const DIM: u32 = 128;
     let mut group = c.benchmark_group("fused");
     for vocab in [2_000usize, 10_000, 100_000, 1_000_000] {
-        let model = ModelSpec {
-            vocab_fingerprint: 1,
-            vocab_size: vocab as u64,
-            dim: DIM,
-            negative: NEGATIVE,
-            sampling_power: 0.75,
-            init_seed: 1,
-            cbow: false,
-        };
-        let counts: Vec<u64> = (0..vocab)
-            .map(|r| (10_000_000.0 / (r as f64 + 1.0)).max(5.0) as u64)
-            .collect();
         let spec = ShardSpec {
-            model,
+            model: model_spec(vocab, DIM),
             col_start: 0,
             col_end: DIM,
         };
-        let shard = Arc::new(Model::new(spec, &counts).expect("model"));
+        let shard = Arc::new(Model::new(spec, &counts(vocab)).expect("model"));
         let joined = Joined::of(std::slice::from_ref(&shard)).expect("whole vectors");
-        let mut rng = ChaCha8Rng::seed_from_u64(vocab as u64);
-        let mut zipf = || ((vocab as f64).powf(rng.random::<f64>()) as u32).min(vocab as u32 - 1);
-        let inputs: Vec<u32> = (0..256).map(|_| zipf()).collect();
-        let context_counts: Vec<u32> = (0..256u32).map(|i| 2 + (i * 7) % 19).collect();
-        let total: u32 = context_counts.iter().sum();
-        let outputs: Vec<u32> = (0..total).map(|_| zipf()).collect();
+        let (inputs, context_counts, outputs) = batch(vocab, 256, 20, vocab as u64);
         let b = Minibatch {
             seed: 7,
             alpha: 0.0,
