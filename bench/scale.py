@@ -11,7 +11,7 @@ For each V in --words (default 1M,5M,20M), on a `colonnade synth` corpus of
   eval --groups (planted recall)
 
 recording each stage's wall time and peak RSS, and each shard process's peak
-RSS against the sizing formula 2·V·(cols·4 + 4) + 16·V (a bound) and against
+RSS against the sizing formula 2·V·row(cols) + 16·V (a bound) and against
 the same without the alias table's 8·V, which from a million words on is a
 table over runs of equal counts of a few KB. In the same run:
 embedded training on part 01 (its own 68K-word vocabulary, the same flags)
@@ -63,9 +63,12 @@ def step(name: str, cmd: list, work: Path, results: dict) -> dict:
 
 
 def formula(words: int, cols: int, table_over_runs: bool = False) -> int:
-    """README's sizing bound; with `table_over_runs` (a count-ordered vocabulary of a million
-    words or more, as `synth` + `vocab` make) without the alias table's 8·V, which is then a few KB."""
-    return 2 * words * (cols * 4 + 4) + (8 if table_over_runs else 16) * words
+    """README's sizing bound (docs/deploy.md "Sizing": a row's cells and its 4-byte lock slot, or
+    1-byte lock apart for a multiple of 16 columns); with `table_over_runs` (a count-ordered
+    vocabulary of a million words or more, as `synth` + `vocab` make) without the alias table's
+    8·V, which is then a few KB."""
+    row = cols * 4 + (1 if cols > 0 and cols % 16 == 0 else 4)
+    return 2 * words * row + (8 if table_over_runs else 16) * words
 
 
 def summary_of(path: Path) -> dict:

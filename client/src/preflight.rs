@@ -4,7 +4,7 @@
 
 use anyhow::bail;
 use colonnade_common::model::{column_range, ModelSpec};
-use colonnade_proto::ShardSpec;
+use colonnade_proto::{RowLayout, ShardSpec};
 use std::path::{Path, PathBuf};
 
 /// Whether `path` can be read more than once: a regular file (or a symlink to
@@ -68,11 +68,12 @@ pub fn shard_bytes(spec: &ModelSpec, shards: u32) -> Vec<u64> {
 
 /// The memory a model holds on `shards` embedded shards together: they keep
 /// a row's slices side by side under one lock (`Siblings`), so both
-/// matrices count one row lock per row, and each shard has its own sampler
-/// table and counts: 2·V·(dim·4 + 4) + shards·16·V.
+/// matrices count one row of `dim` cells and one lock per word
+/// ([`RowLayout`]), and each shard has its own sampler table and counts:
+/// 2·V·row(dim) + shards·16·V.
 pub fn embedded_bytes(spec: &ModelSpec, shards: u32) -> u64 {
     let v = spec.vocab_size;
-    let matrices = 2u64.saturating_mul(v.saturating_mul(u64::from(spec.dim) * 4 + 4));
+    let matrices = 2u64.saturating_mul(v.saturating_mul(RowLayout::of(spec.dim).row_bytes()));
     matrices.saturating_add(u64::from(shards).saturating_mul(16).saturating_mul(v))
 }
 
@@ -188,6 +189,19 @@ mod tests {
         for (b, c) in per.iter().zip(cols) {
             assert_eq!(*b, 2 * v * (c * 4 + 4) + 16 * v);
         }
+        // Rows of 128 and 32 columns fill whole cache lines and keep 1-byte
+        // locks apart; 25 and 100 columns are packed with a 4-byte slot.
+        assert_eq!(shard_bytes(&spec(v, 128), 1), [2 * v * 513 + 16 * v]);
+        assert_eq!(
+            shard_bytes(&spec(v, 128), 4),
+            [2 * v * 129 + 16 * v; 4].to_vec()
+        );
+        assert_eq!(
+            shard_bytes(&spec(v, 100), 4),
+            [2 * v * 104 + 16 * v; 4].to_vec()
+        );
+        assert_eq!(embedded_bytes(&spec(v, 128), 4), 2 * v * 513 + 64 * v);
+        assert_eq!(embedded_bytes(&spec(v, 100), 4), 2 * v * 404 + 64 * v);
     }
 
     #[test]

@@ -90,6 +90,67 @@ pub fn invalid_argument(msg: impl Into<String>) -> ShardError {
 
 use invalid_argument as invalid;
 
+/// Bytes of a packed row's lock slot on a shard (keeps the cells f32-aligned).
+pub const ROW_LOCK_BYTES: u64 = 4;
+
+/// Bytes of a row's lock when the locks are kept apart from the rows.
+pub const ROW_LOCK_APART_BYTES: u64 = 1;
+
+/// Where a shard's rows of `width` f32 cells keep their cells and their lock
+/// (every column its matrices hold: a process's slice, or the whole vector
+/// of in-process shards side by side).
+///
+/// Packed (most widths): each row is a 4-byte lock slot, then its cells, so
+/// the lock shares the row's first cache line; rows start at every 4-byte
+/// offset. Where the cells fill whole 64-byte cache lines (a multiple of 16
+/// columns: graphs' d = 128, d = 64 or 256, 32-column slices), a 4-byte
+/// slot would push every row onto one more line than its cells need and
+/// make half of its 32-byte loads straddle two lines; those rows are
+/// aligned to 64 bytes with no slot, and their 1-byte locks are an array of
+/// their own after the rows (6–12 % of the fused loop at d = 128,
+/// docs/benchmarks.md). A lock array costs one more cache line per row
+/// visit, which narrow packed rows cannot pay back: at 25 columns (V = 20M,
+/// d = 100 over 4 shards) it cost 15 %, so they stay packed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RowLayout {
+    /// Bytes from one row's start to the next.
+    pub stride: u64,
+    /// Bytes from a row's start to its first cell.
+    pub cells_at: u64,
+    /// Whether the locks are an array apart (else each is in its row's slot).
+    pub locks_apart: bool,
+}
+
+impl RowLayout {
+    /// The layout of rows of `width` cells.
+    pub fn of(width: u32) -> Self {
+        let cells = u64::from(width) * 4;
+        if width > 0 && cells % 64 == 0 {
+            Self {
+                stride: cells,
+                cells_at: 0,
+                locks_apart: true,
+            }
+        } else {
+            Self {
+                stride: cells + ROW_LOCK_BYTES,
+                cells_at: ROW_LOCK_BYTES,
+                locks_apart: false,
+            }
+        }
+    }
+
+    /// Bytes per row in all: its stride, and its lock if kept apart.
+    pub fn row_bytes(&self) -> u64 {
+        self.stride
+            + if self.locks_apart {
+                ROW_LOCK_APART_BYTES
+            } else {
+                0
+            }
+    }
+}
+
 /// A model spec plus one shard's column range [col_start, col_end).
 #[derive(Clone, Debug, PartialEq)]
 pub struct ShardSpec {
@@ -104,12 +165,10 @@ impl ShardSpec {
     }
 
     /// Bytes of the two matrices this spec needs on this shard: per row its
-    /// cells and its 4-byte lock slot.
+    /// cells and its lock ([`RowLayout`]).
     pub fn matrix_bytes(&self) -> u64 {
-        2 * self
-            .model
-            .vocab_size
-            .saturating_mul(self.cols() as u64 * 4 + 4)
+        let row = RowLayout::of(self.col_end.saturating_sub(self.col_start)).row_bytes();
+        2 * self.model.vocab_size.saturating_mul(row)
     }
 
     /// Bytes a model of this spec holds on the shard: its two matrices, its
@@ -562,6 +621,35 @@ impl Minibatch {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rows_of_whole_cache_lines_keep_their_locks_apart() {
+        // (width, bytes per row): whole lines with a 1-byte lock apart for
+        // multiples of 16 columns, a 4-byte slot in the row otherwise.
+        for (width, bytes) in [
+            (128, 513),
+            (64, 257),
+            (32, 129),
+            (16, 65),
+            (100, 404),
+            (300, 1204),
+            (75, 304),
+            (25, 104),
+            (8, 36),
+            (1, 8),
+            (0, 4),
+        ] {
+            let l = RowLayout::of(width);
+            assert_eq!(l.row_bytes(), bytes, "{width} columns");
+            let cells = u64::from(width) * 4;
+            assert_eq!(l.cells_at + cells, l.stride, "{width} columns");
+            if l.locks_apart {
+                assert_eq!((l.stride % 64, l.cells_at), (0, 0), "{width} columns");
+            } else {
+                assert_eq!(l.cells_at, ROW_LOCK_BYTES, "{width} columns");
+            }
+        }
+    }
 
     #[test]
     fn minibatch_wire_roundtrip_keeps_words_and_seed() {

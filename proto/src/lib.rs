@@ -25,8 +25,8 @@ pub mod shards;
 pub mod tls;
 
 pub use domain::{
-    Matrix, Minibatch, MinibatchId, Segment, ShardError, ShardSpec, Windows, MAX_ALPHA,
-    MAX_CALL_DOTS, MAX_DIM, MAX_NEGATIVE,
+    Matrix, Minibatch, MinibatchId, RowLayout, Segment, ShardError, ShardSpec, Windows, MAX_ALPHA,
+    MAX_CALL_DOTS, MAX_DIM, MAX_NEGATIVE, ROW_LOCK_APART_BYTES, ROW_LOCK_BYTES,
 };
 pub use shards::{CallError, ModelShards};
 

@@ -32,9 +32,13 @@
 //! of two identical 1-epoch runs took twice the CPU. parking_lot spins
 //! briefly, then sleeps.
 //!
-//! Memory layout: each row is a 4-byte slot holding its lock, then its
-//! cells (all views' columns), so the lock shares the row's first cache line (a separate
-//! lock array cost one more cache miss per row visit). The rows live in an
+//! Memory layout ([`RowLayout`]): mostly packed, each row a 4-byte slot
+//! holding its lock, then its cells (all views' columns), so the lock shares
+//! the row's first cache line (a separate lock array costs one more cache
+//! miss per row visit: 15 % at 25 columns and V = 20M). Rows whose cells fill
+//! whole cache lines (multiples of 16 columns) are 64-byte aligned instead,
+//! one line fewer each and no AVX load straddling two, with their locks in
+//! an array after the rows. The rows live in an
 //! anonymous memory map advised for transparent huge pages (2 MiB, on Linux)
 //! and aligned to 2 MiB: rows are visited at random, and with 4 KiB pages
 //! nearly every visit of a large model missed the TLB (perf put ~1/4 of
@@ -48,6 +52,7 @@
 )]
 
 use colonnade_common::kernels::prefetch;
+use colonnade_proto::RowLayout;
 use memmap2::MmapMut;
 use parking_lot::lock_api::RawMutex as _;
 use parking_lot::{Mutex, RawMutex};
@@ -84,20 +89,25 @@ pub fn map_large_blocks() {
 /// Alignment of the rows: one transparent huge page.
 const HUGE_PAGE: usize = 2 << 20;
 
-/// Bytes of a row's lock slot (keeps the cells f32-aligned).
-const LOCK_SLOT: usize = 4;
-
 /// The memory of `rows × width` cells and their row locks, shared by the
 /// views ([`HogwildMatrix`]) of its column ranges, and the ranges they claim.
 pub struct SharedRows {
     /// Owns the memory `base` points into; never touched directly.
     _map: MmapMut,
-    /// Row 0's lock slot, 2 MiB-aligned; row `r` starts `r · stride` bytes on.
+    /// Row 0's first byte, 2 MiB-aligned; row `r` starts `r · stride` bytes on.
     base: NonNull<u8>,
+    /// Row 0's lock; row `r`'s is `r · lock_stride` bytes on.
+    locks: NonNull<u8>,
     rows: usize,
     width: usize,
-    /// Bytes per row: the lock slot and `width` cells.
+    /// Bytes per row: `width` cells, and the lock slot of a packed row.
     stride: usize,
+    /// `stride` when each lock is in its row's slot, 1 when they are apart.
+    lock_stride: usize,
+    /// Bytes from a row's first byte to its first cell.
+    cells_at: usize,
+    /// Bytes per row beyond the cells: its lock slot, or its lock apart.
+    overhead: usize,
     /// The column ranges given out to views ([`SharedRows::claim`]):
     /// never two views over one cell, unless made by [`HogwildMatrix::whole`].
     claimed: Mutex<Vec<Range<usize>>>,
@@ -118,10 +128,15 @@ pub struct HogwildMatrix {
     rows_of: Arc<SharedRows>,
     /// `rows_of.base`, copied out of the `Arc` for the hot loops.
     base: NonNull<u8>,
+    /// `rows_of.locks`, copied out likewise.
+    locks: NonNull<u8>,
     rows: usize,
     stride: usize,
-    /// Bytes from a row's first byte (its lock) to this view's first cell.
+    lock_stride: usize,
+    /// Bytes from a row's first byte to this view's first cell.
     cells_at: usize,
+    /// Bytes per row beyond the cells: its lock slot, or its lock apart.
+    overhead: usize,
     col_offset: usize,
     cols: usize,
 }
@@ -137,33 +152,44 @@ impl SharedRows {
     /// column range is taken with [`SharedRows::claim`]. Fails when the
     /// memory cannot be mapped.
     pub fn zeroed(rows: usize, width: usize) -> std::io::Result<Arc<Self>> {
-        let stride = width
-            .checked_mul(4)
-            .and_then(|c| c.checked_add(LOCK_SLOT))
-            .filter(|&s| {
-                rows.checked_mul(s)
-                    .is_some_and(|b| b <= isize::MAX as usize / 2)
-            });
-        let stride = stride.ok_or_else(|| {
-            std::io::Error::new(
+        let layout = u32::try_from(width).ok().map(RowLayout::of);
+        let bytes = layout
+            .and_then(|l| usize::try_from(l.row_bytes()).ok())
+            .and_then(|b| rows.checked_mul(b))
+            .filter(|&b| b <= isize::MAX as usize / 2);
+        let (Some(layout), Some(bytes)) = (layout, bytes) else {
+            return Err(std::io::Error::new(
                 std::io::ErrorKind::OutOfMemory,
                 format!("{rows} × {width} cells do not fit in the address space"),
-            )
-        })?;
-        let mut map = MmapMut::map_anon(rows * stride + HUGE_PAGE)?;
+            ));
+        };
+        // All at most `row_bytes`, which fits in a usize (above).
+        let (stride, cells_at) = (layout.stride as usize, layout.cells_at as usize);
+        let overhead = layout.row_bytes() as usize - 4 * width;
+        // The locks: in each row's first bytes, or 1 byte each after the rows.
+        let (locks_from, lock_stride) = if layout.locks_apart {
+            (rows * stride, size_of::<RawMutex>())
+        } else {
+            (0, stride)
+        };
+        let mut map = MmapMut::map_anon(bytes + HUGE_PAGE)?;
         let offset = map.as_ptr().align_offset(HUGE_PAGE);
         // Best effort: without THP (another OS, or disabled) the map still works.
         #[cfg(target_os = "linux")]
         let _ = map.advise(memmap2::Advice::HugePage);
         // SAFETY: the map is page-aligned, so `offset < HUGE_PAGE` and the
-        // `rows · stride` bytes from `base` lie inside the map.
+        // `bytes` (rows, then any lock array) from `base` lie inside the map.
         let base = unsafe { NonNull::new_unchecked(map.as_mut_ptr().add(offset)) };
+        // SAFETY: `locks_from` is 0, or the end of the rows (inside, above).
+        let locks = unsafe { base.add(locks_from) };
         for r in 0..rows {
-            // SAFETY: row r's lock slot is inside the map (above), aligned for
-            // `RawMutex` (align 1), and not yet referenced. The cells stay
+            // SAFETY: row r's lock is inside the map (above: in its row's
+            // first bytes, or byte r of the array after the rows), aligned
+            // for `RawMutex` (align 1), and not yet referenced. The cells stay
             // zero-filled, as the anonymous map is: 0.0f32.
             unsafe {
-                base.add(r * stride)
+                locks
+                    .add(r * lock_stride)
                     .cast::<RawMutex>()
                     .write(RawMutex::INIT)
             };
@@ -173,7 +199,11 @@ impl SharedRows {
             base,
             rows,
             width,
+            locks,
             stride,
+            lock_stride,
+            cells_at,
+            overhead,
             claimed: Mutex::new(Vec::new()),
         }))
     }
@@ -224,8 +254,11 @@ impl HogwildMatrix {
         Self {
             base: rows_of.base,
             rows: rows_of.rows,
+            locks: rows_of.locks,
             stride: rows_of.stride,
-            cells_at: LOCK_SLOT + 4 * cols.start,
+            lock_stride: rows_of.lock_stride,
+            cells_at: rows_of.cells_at + 4 * cols.start,
+            overhead: rows_of.overhead,
             col_offset: cols.start,
             cols: cols.len(),
             rows_of,
@@ -280,20 +313,29 @@ impl HogwildMatrix {
     /// Bytes this view holds: its cells, and the row locks for the view of
     /// the first columns (a lock serves every view of a row).
     pub fn memory_bytes(&self) -> usize {
-        let locks = if self.col_offset == 0 { LOCK_SLOT } else { 0 };
-        self.rows * (self.cols * 4 + locks)
+        let overhead = if self.col_offset == 0 {
+            self.overhead
+        } else {
+            0
+        };
+        self.rows * (self.cols * 4 + overhead)
     }
 
-    /// Row `row`'s first byte (its lock). Panics if `row` is out of range.
+    /// Row `row`'s first byte and its lock. Panics if `row` is out of range.
     #[inline(always)]
-    fn row_start(&self, row: usize) -> NonNull<u8> {
+    fn row_start(&self, row: usize) -> (NonNull<u8>, NonNull<u8>) {
         assert!(
             row < self.rows,
             "row {row} out of range ({} rows)",
             self.rows
         );
-        // SAFETY: row < rows, so the offset stays inside the map (see `zeroed`).
-        unsafe { self.base.add(row * self.stride) }
+        // SAFETY: row < rows, so both offsets stay inside the map (see `zeroed`).
+        unsafe {
+            (
+                self.base.add(row * self.stride),
+                self.locks.add(row * self.lock_stride),
+            )
+        }
     }
 
     /// Hints the CPU to start loading row `row` (its lock and this view's
@@ -301,14 +343,15 @@ impl HogwildMatrix {
     /// x86-64. Panics if `row` is out of range.
     #[inline(always)]
     pub fn prefetch_row(&self, row: usize) {
-        let start = self.row_start(row);
+        let (start, lock) = self.row_start(row);
         // One hint per 64-byte line the view touches: the lock first, its
         // compare-exchange cannot start before the line arrives.
-        let lock = start.as_ptr() as usize;
-        let first = lock + self.cells_at;
+        prefetch(lock.as_ptr().cast_const());
+        let at = start.as_ptr() as usize;
+        let lock = lock.as_ptr() as usize;
+        let first = at + self.cells_at;
         let last = first + self.cols * 4 - 1;
-        let hint = |addr: usize| prefetch(start.as_ptr().wrapping_add(addr - lock).cast_const());
-        hint(lock);
+        let hint = |addr: usize| prefetch(start.as_ptr().wrapping_add(addr - at).cast_const());
         let mut line = first & !63;
         while line <= last {
             if line != lock & !63 {
@@ -329,15 +372,16 @@ impl HogwildMatrix {
     /// Panics if `row` is out of range.
     #[inline(always)]
     pub fn with_row_mut<R>(&self, row: usize, f: impl FnOnce(&mut [f32]) -> R) -> R {
-        let start = self.row_start(row);
-        // SAFETY: the row's lock slot holds a `RawMutex` written in `zeroed`
-        // and only ever shared.
-        let lock = unsafe { start.cast::<RawMutex>().as_ref() };
+        let (start, lock) = self.row_start(row);
+        // SAFETY: the row's lock holds a `RawMutex` written in `zeroed` and
+        // only ever shared.
+        let lock = unsafe { lock.cast::<RawMutex>().as_ref() };
         lock.lock();
         let _unlock = Unlock(lock);
         // SAFETY: this view's `cols` cells lie `cells_at` bytes into the row,
-        // inside the map and its `width` cells, f32-aligned (base, stride and
-        // `cells_at` are multiples of 4) and initialized. The row lock, which
+        // inside the map and its `width` cells, clear of every lock
+        // ([`RowLayout`]), f32-aligned (base, stride and `cells_at` are
+        // multiples of 4) and initialized. The row lock, which
         // every view of these rows takes, is held until `_unlock` drops,
         // after `f` returns, and every access to the cells goes through this
         // function, so this is the only reference to them.
@@ -385,8 +429,9 @@ mod tests {
 
     #[test]
     fn rows_and_their_locks_do_not_overlap() {
-        // Odd column counts put rows at every offset within cache lines.
-        for cols in [1usize, 3, 50, 67] {
+        // Odd column counts put packed rows at every offset within cache
+        // lines; 16 and 128 columns are whole lines with their locks apart.
+        for cols in [1usize, 3, 16, 50, 67, 128] {
             let m = HogwildMatrix::new(40, cols, |r, row| {
                 for (c, x) in row.iter_mut().enumerate() {
                     *x = (r * 1000 + c) as f32;
@@ -410,6 +455,40 @@ mod tests {
         let mut got = [1.0; 7];
         z.read_row(4, &mut got);
         assert_eq!(got, [0.0; 7]);
+    }
+
+    #[test]
+    fn rows_of_whole_lines_start_on_64_bytes_and_count_their_locks() {
+        for (cols, aligned, stride, bytes) in [(128usize, true, 512, 513), (25, false, 104, 104)] {
+            let m = HogwildMatrix::zeroed(9, cols).expect("map");
+            for r in 0..9 {
+                let at = m.with_row(r, |row| row.as_ptr() as usize);
+                assert_eq!(
+                    at.is_multiple_of(64),
+                    aligned || (r * stride + 4).is_multiple_of(64),
+                    "row {r} of {cols}"
+                );
+            }
+            assert_eq!(m.memory_bytes(), 9 * bytes);
+        }
+        // Views: the first holds the locks, the others their cells.
+        let rows = SharedRows::zeroed(5, 128).expect("map");
+        let (a, b) = (
+            rows.claim(0..100).expect("a"),
+            rows.claim(100..128).expect("b"),
+        );
+        assert_eq!((a.memory_bytes(), b.memory_bytes()), (5 * 401, 5 * 112));
+        // Locks apart: the last row's lock is the map's last byte in use,
+        // and writing every row leaves every other row (and lock) intact.
+        let m = HogwildMatrix::new(33, 16, |r, row| row.fill(r as f32)).expect("map");
+        for r in 0..33 {
+            m.add_row(r, &[1.0; 16]);
+        }
+        for r in 0..33 {
+            m.with_row(r, |row| {
+                assert!(row.iter().all(|&x| x == r as f32 + 1.0), "row {r}")
+            });
+        }
     }
 
     #[test]

@@ -46,23 +46,65 @@ pub struct Model {
 #[derive(Default)]
 pub struct Scratch {
     /// Per input position: its u row as the call found it.
-    u_rows: Vec<f32>,
+    u_rows: LineBuf,
     /// Per input position: its accumulated Δu.
-    u_delta: Vec<f32>,
+    u_delta: LineBuf,
     /// One output row's accumulated Δv.
-    v_delta: Vec<f32>,
+    v_delta: LineBuf,
     /// A fused step's weights, per dot product.
     weights: Vec<f32>,
 }
 
+/// The scratch slices of one call that steps rows: per input position its
+/// u row (to be read) and its Δu (zeroed), one output row's Δv, and a
+/// fused step's weights.
+struct StepScratch<'a> {
+    u_rows: &'a mut [f32],
+    u_delta: &'a mut [f32],
+    v_delta: &'a mut [f32],
+    weights: &'a mut [f32],
+}
+
 impl Scratch {
-    /// Sizes the buffers of a call that steps rows of `cols` columns for
-    /// `inputs` input positions: u rows read, Δu zeroed, one row's Δv.
-    fn for_steps(&mut self, inputs: usize, cols: usize) {
-        self.u_rows.resize(inputs * cols, 0.0);
-        self.u_delta.clear();
-        self.u_delta.resize(inputs * cols, 0.0);
-        self.v_delta.resize(cols, 0.0);
+    /// The buffers of a call that steps rows of `cols` columns for `inputs`
+    /// input positions, with `weights` weights (0 unless fused).
+    fn for_steps(&mut self, inputs: usize, cols: usize, weights: usize) -> StepScratch<'_> {
+        self.weights.resize(weights, 0.0);
+        StepScratch {
+            u_rows: self.u_rows.lend(inputs * cols, false),
+            u_delta: self.u_delta.lend(inputs * cols, true),
+            v_delta: self.v_delta.lend(cols, false),
+            weights: &mut self.weights,
+        }
+    }
+}
+
+/// A reusable f32 buffer lent as a slice that starts on a 64-byte boundary:
+/// scratch rows of a multiple of 16 columns then fill whole cache lines, as
+/// the matrices' rows do ([`colonnade_proto::RowLayout`]), and no 32-byte
+/// load from them straddles two lines. Its values are not kept from one
+/// loan to the next.
+#[derive(Default)]
+struct LineBuf(Vec<f32>);
+
+impl LineBuf {
+    /// Floats before the first 64-byte boundary, at most.
+    const SLACK: usize = 64 / 4 - 1;
+
+    /// `len` floats from a 64-byte boundary: zeros when `zero`, else
+    /// whatever they held.
+    fn lend(&mut self, len: usize, zero: bool) -> &mut [f32] {
+        let need = len + Self::SLACK;
+        if self.0.len() < need {
+            self.0.resize(need, 0.0);
+        }
+        // Floats are 4-byte aligned, so this is a whole number of floats.
+        let skip = (self.0.as_ptr() as usize).wrapping_neg() % 64 / 4;
+        let s = &mut self.0[skip..skip + len];
+        if zero {
+            s.fill(0.0);
+        }
+        s
     }
 }
 
@@ -240,12 +282,12 @@ impl Model {
         dots: &mut Vec<f32>,
     ) -> Result<(), ShardError> {
         self.check_targets(mb, targets)?;
-        scratch
+        let u_rows = scratch
             .u_rows
-            .resize(mb.inputs.len() * self.spec.cols(), 0.0);
+            .lend(mb.inputs.len() * self.spec.cols(), false);
         dots.clear();
         dots.resize(targets.len(), 0.0);
-        dotprod_loop(self.work(mb, targets, &mut scratch.u_rows), dots);
+        dotprod_loop(self.work(mb, targets, u_rows), dots);
         self.stats.dotprod_calls.fetch_add(1, Relaxed);
         Ok(())
     }
@@ -287,15 +329,20 @@ impl Model {
             )));
         }
         let cols = self.spec.cols();
-        s.for_steps(mb.inputs.len(), cols);
+        let StepScratch {
+            u_rows,
+            u_delta,
+            v_delta,
+            ..
+        } = s.for_steps(mb.inputs.len(), cols, 0);
         adjust_loop(
-            self.work(mb, targets, &mut s.u_rows),
+            self.work(mb, targets, u_rows),
             Steps {
                 weights,
                 input_scale: &targets.input_scale,
                 cap: targets.cap,
-                u_delta: &mut s.u_delta,
-                v_delta: &mut s.v_delta,
+                u_delta,
+                v_delta,
             },
         );
         self.stats.adjust_calls.fetch_add(1, Relaxed);
@@ -487,21 +534,25 @@ impl Joined {
         let first = &self.models[0];
         first.check_targets(mb, targets)?;
         let cols = self.u.cols();
-        s.for_steps(mb.inputs.len(), cols);
         dots.clear();
         dots.resize(targets.len(), 0.0);
-        s.weights.resize(targets.len(), 0.0);
+        let StepScratch {
+            u_rows,
+            u_delta,
+            v_delta,
+            weights,
+        } = s.for_steps(mb.inputs.len(), cols, targets.len());
         fused_loop(
-            work(&self.u, &self.v, mb, targets, &mut s.u_rows),
+            work(&self.u, &self.v, mb, targets, u_rows),
             FusedSteps {
                 alpha: mb.alpha,
                 per_pair: first.negative() + 1,
                 input_scale: &targets.input_scale,
                 cap: targets.cap,
                 dots,
-                weights: &mut s.weights,
-                u_delta: &mut s.u_delta,
-                v_delta: &mut s.v_delta,
+                weights,
+                u_delta,
+                v_delta,
                 ends: &self.ends,
             },
         );

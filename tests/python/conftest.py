@@ -44,6 +44,12 @@ def colonnade() -> Path:
     return binary("colonnade")
 
 
+def row_bytes(cols: int) -> int:
+    """Bytes of one shard row of `cols` f32 cells (docs/deploy.md "Sizing"): the cells and a 4-byte
+    lock slot; rows of whole cache lines (a multiple of 16 columns) keep a 1-byte lock apart."""
+    return cols * 4 + (1 if cols > 0 and cols % 16 == 0 else 4)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _binaries_present() -> None:
     missing = [

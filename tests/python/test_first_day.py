@@ -27,6 +27,7 @@ from conftest import (
     closed_port,
     colonnade,
     read_vocab_file,
+    row_bytes,
     run,
     run_fail,
     train_args,
@@ -326,7 +327,7 @@ def test_memory_estimate_logged_and_too_large_refused(tmp_path, corpus_100k):
     # Embedded shards share each row (one lock per row and matrix); each has
     # its own sampler and counts.
     shards, dim = 2, 10
-    total = 2 * v * (dim * 4 + 4) + shards * 16 * v
+    total = 2 * v * row_bytes(dim) + shards * 16 * v
     line = [l for l in res.stderr.splitlines() if "memory estimate" in l]
     assert line, "no memory estimate before training\n" + res.describe()
     assert f"total={_human(total)}" in line[0] and f"words={v}" in line[0], line[0]

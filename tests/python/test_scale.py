@@ -12,7 +12,7 @@ import re
 import h5py
 import numpy as np
 
-from conftest import colonnade, run, run_fail
+from conftest import colonnade, row_bytes, run, run_fail
 
 WORDS = 2_000_000
 DIM = 32
@@ -28,11 +28,12 @@ def status_kib(pid: int, field: str) -> int:
 
 
 def formula_bytes(words: int, cols: int, table_over_runs: bool = False) -> int:
-    """README's sizing: 2 matrices × V × (cols × 4 + 4 bytes of row lock) + 16 × V (sampler, counts).
+    """README's sizing: 2 matrices × V × (cols × 4 + 4 bytes of row lock, 1 for a multiple of 16
+    columns) + 16 × V (sampler, counts).
     The sampler's 8 × V is a bound: from a million words on, a count-ordered vocabulary's alias
     table is over runs of equal counts, a few KB (`table_over_runs`)."""
     sampler = 0 if table_over_runs else 8 * words
-    return 2 * words * (cols * 4 + 4) + 8 * words + sampler
+    return 2 * words * row_bytes(cols) + 8 * words + sampler
 
 
 def test_two_million_words_over_four_shards_within_the_formula(shard_launcher, tmp_path):
