@@ -89,6 +89,9 @@ pub fn map_large_blocks() {
 /// Alignment of the rows: one transparent huge page.
 const HUGE_PAGE: usize = 2 << 20;
 
+// A lock kept apart takes the bytes the sizing formula gives it.
+const _: () = assert!(size_of::<RawMutex>() as u64 == colonnade_proto::ROW_LOCK_APART_BYTES);
+
 /// The memory of `rows × width` cells and their row locks, shared by the
 /// views ([`HogwildMatrix`]) of its column ranges, and the ranges they claim.
 pub struct SharedRows {
