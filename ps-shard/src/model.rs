@@ -751,6 +751,18 @@ mod tests {
     }
 
     #[test]
+    fn scratch_is_lent_from_64_bytes_and_zeroed_when_asked() {
+        let mut b = LineBuf::default();
+        for len in [0usize, 1, 100, 5_000, 7] {
+            let s = b.lend(len, false);
+            assert_eq!(s.len(), len);
+            assert!((s.as_ptr() as usize).is_multiple_of(64), "{len} floats");
+            s.fill(3.0);
+            assert!(b.lend(len, true).iter().all(|&x| x == 0.0), "{len} floats");
+        }
+    }
+
+    #[test]
     fn a_column_is_never_given_to_two_sibling_views() {
         let siblings = Siblings::default();
         let counts: Arc<[u64]> = COUNTS.into();
