@@ -138,8 +138,6 @@ pub struct HogwildMatrix {
     lock_stride: usize,
     /// Bytes from a row's first byte to this view's first cell.
     cells_at: usize,
-    /// Bytes per row beyond the cells: its lock slot, or its lock apart.
-    overhead: usize,
     col_offset: usize,
     cols: usize,
 }
@@ -261,7 +259,6 @@ impl HogwildMatrix {
             stride: rows_of.stride,
             lock_stride: rows_of.lock_stride,
             cells_at: rows_of.cells_at + 4 * cols.start,
-            overhead: rows_of.overhead,
             col_offset: cols.start,
             cols: cols.len(),
             rows_of,
@@ -317,7 +314,7 @@ impl HogwildMatrix {
     /// the first columns (a lock serves every view of a row).
     pub fn memory_bytes(&self) -> usize {
         let overhead = if self.col_offset == 0 {
-            self.overhead
+            self.rows_of.overhead
         } else {
             0
         };

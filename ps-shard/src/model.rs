@@ -67,9 +67,8 @@ struct StepScratch<'a> {
 
 impl Scratch {
     /// The buffers of a call that steps rows of `cols` columns for `inputs`
-    /// input positions, with `weights` weights (0 unless fused).
-    fn for_steps(&mut self, inputs: usize, cols: usize, weights: usize) -> StepScratch<'_> {
-        self.weights.resize(weights, 0.0);
+    /// input positions (a fused call sizes `weights` first).
+    fn for_steps(&mut self, inputs: usize, cols: usize) -> StepScratch<'_> {
         StepScratch {
             u_rows: self.u_rows.lend(inputs * cols, false),
             u_delta: self.u_delta.lend(inputs * cols, true),
@@ -334,7 +333,7 @@ impl Model {
             u_delta,
             v_delta,
             ..
-        } = s.for_steps(mb.inputs.len(), cols, 0);
+        } = s.for_steps(mb.inputs.len(), cols);
         adjust_loop(
             self.work(mb, targets, u_rows),
             Steps {
@@ -536,12 +535,13 @@ impl Joined {
         let cols = self.u.cols();
         dots.clear();
         dots.resize(targets.len(), 0.0);
+        s.weights.resize(targets.len(), 0.0);
         let StepScratch {
             u_rows,
             u_delta,
             v_delta,
             weights,
-        } = s.for_steps(mb.inputs.len(), cols, targets.len());
+        } = s.for_steps(mb.inputs.len(), cols);
         fused_loop(
             work(&self.u, &self.v, mb, targets, u_rows),
             FusedSteps {
