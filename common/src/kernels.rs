@@ -5,11 +5,12 @@
 //! vectorizes `axpy_kernel` fully for whatever target features its caller is
 //! compiled with, but not `dot_kernel`: its lane fold makes the SLP vectorizer
 //! fall back to 2-wide loads (seen in the shard's disassembly; ~2.7× slower
-//! than 8-wide on 50 columns). So the dot product also exists as AVX
-//! intrinsics ([`Avx`]), chosen through the [`Simd`] trait: the shard's hot
-//! loops are generic over it, `#[multiversion]`ed (AVX2+FMA, AVX, NEON,
-//! baseline, chosen at run time; never AVX unconditionally), and pick [`Avx`]
-//! with `match_target!` in the clones that have AVX, [`Portable`] elsewhere.
+//! than 8-wide on 50 columns). So the dot product also exists as AVX-512 and
+//! AVX intrinsics ([`Avx512`], [`Avx`]), chosen through the [`Simd`] trait:
+//! the shard's hot loops are generic over it, `#[multiversion]`ed (AVX-512F,
+//! AVX2+FMA, AVX, NEON, baseline, chosen at run time; never a wider set
+//! unconditionally), and pick [`Avx512`] or [`Avx`] with `match_target!` in
+//! the clones that have them, [`Portable`] elsewhere.
 //! [`dot`] and [`axpy`] are the same kernels behind their own run-time
 //! dispatch, for callers outside such loops and for the tests against
 //! [`dot_scalar`].
@@ -152,10 +153,81 @@ unsafe fn dot_avx(a: &[f32], b: &[f32]) -> f32 {
     _mm_cvtss_f32(s1) + tail
 }
 
+/// Proof that the CPU has AVX-512F: its dot product uses 512-bit intrinsics.
+#[cfg(target_arch = "x86_64")]
+#[derive(Clone, Copy, Debug)]
+pub struct Avx512(());
+
+#[cfg(target_arch = "x86_64")]
+impl Avx512 {
+    /// `Some` when this CPU has AVX-512F.
+    pub fn detect() -> Option<Self> {
+        std::arch::is_x86_feature_detected!("avx512f").then_some(Self(()))
+    }
+
+    /// # Safety
+    /// The CPU must have AVX-512F: call only where that is known, e.g. in a
+    /// `#[multiversion]` clone whose target includes it.
+    #[inline(always)]
+    pub unsafe fn new_unchecked() -> Self {
+        Self(())
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+impl Simd for Avx512 {
+    #[inline(always)]
+    fn dot(self, a: &[f32], b: &[f32]) -> f32 {
+        // SAFETY: an `Avx512` exists only on CPUs with AVX-512F (see its
+        // constructors).
+        unsafe { dot_avx512(a, b) }
+    }
+}
+
+/// [`dot_kernel`] with AVX-512 intrinsics, in the same order: the 16 lanes of
+/// each chunk in one accumulator, the tail summed left to right, the lanes
+/// folded 16 → 8 → 4 → 2 → 1, then the tail added.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn dot_avx512(a: &[f32], b: &[f32]) -> f32 {
+    use std::arch::x86_64::*;
+    let n = a.len().min(b.len());
+    let (a, b) = (&a[..n], &b[..n]);
+    let mut acc = _mm512_setzero_ps();
+    let mut ca = a.chunks_exact(LANES);
+    let mut cb = b.chunks_exact(LANES);
+    for (x, y) in (&mut ca).zip(&mut cb) {
+        // SAFETY: each chunk holds 16 floats, so each 16-float load is in
+        // bounds; unaligned loads have no alignment requirement.
+        unsafe {
+            acc = _mm512_add_ps(
+                acc,
+                _mm512_mul_ps(_mm512_loadu_ps(x.as_ptr()), _mm512_loadu_ps(y.as_ptr())),
+            );
+        }
+    }
+    let mut tail = 0.0f32;
+    for (x, y) in ca.remainder().iter().zip(cb.remainder()) {
+        tail += x * y;
+    }
+    // Lanes l and l + 8, as the AVX variant's two accumulators, then as it.
+    let s8 = _mm256_add_ps(
+        _mm512_castps512_ps256(acc),
+        _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(acc))),
+    );
+    let s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps::<1>(s8));
+    let s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+    let s1 = _mm_add_ss(s2, _mm_movehdup_ps(s2));
+    _mm_cvtss_f32(s1) + tail
+}
+
 /// [`dot_kernel`], dispatched at run time to the best SIMD variant.
-#[multiversion(targets("x86_64+avx2+fma", "x86_64+avx", "aarch64+neon"))]
+#[multiversion(targets("x86_64+avx512f", "x86_64+avx2+fma", "x86_64+avx", "aarch64+neon"))]
 pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     match_target! {
+        // SAFETY: this arm is compiled only into clones for CPUs with AVX-512F.
+        "x86_64+avx512f" => unsafe { Avx512::new_unchecked() }.dot(a, b),
         // SAFETY: this arm is compiled only into clones for CPUs with AVX.
         "x86_64+avx" => unsafe { Avx::new_unchecked() }.dot(a, b),
         _ => Portable.dot(a, b),
@@ -163,7 +235,7 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
 }
 
 /// [`axpy_kernel`], dispatched at run time to the best SIMD variant.
-#[multiversion(targets("x86_64+avx2+fma", "x86_64+avx", "aarch64+neon"))]
+#[multiversion(targets("x86_64+avx512f", "x86_64+avx2+fma", "x86_64+avx", "aarch64+neon"))]
 pub fn axpy(alpha: f32, x: &[f32], y: &mut [f32]) {
     axpy_kernel(alpha, x, y)
 }
@@ -218,6 +290,10 @@ mod tests {
             #[cfg(target_arch = "x86_64")]
             if let Some(avx) = Avx::detect() {
                 prop_assert_eq!(avx.dot(&a, &b).to_bits(), got.to_bits());
+            }
+            #[cfg(target_arch = "x86_64")]
+            if let Some(avx512) = Avx512::detect() {
+                prop_assert_eq!(avx512.dot(&a, &b).to_bits(), got.to_bits());
             }
         }
 

@@ -8,13 +8,13 @@
 //! [`Targets`]: crate::plan::Targets
 #![allow(
     unsafe_code,
-    reason = "the AVX kernels, chosen only in clones compiled for AVX"
+    reason = "the AVX and AVX-512 kernels, chosen only in clones compiled for them"
 )]
 
 use crate::hogwild::HogwildMatrix;
 use crate::plan::row_step_scale;
 #[cfg(target_arch = "x86_64")]
-use colonnade_common::kernels::Avx;
+use colonnade_common::kernels::{Avx, Avx512};
 use colonnade_common::kernels::{Portable, Simd};
 use colonnade_proto::{scaled_weight, DIVERGED_DOT};
 use multiversion::multiversion;
@@ -135,9 +135,11 @@ pub(crate) struct Work<'a> {
 
 /// The dot products of a validated minibatch into `dots`, pair-major
 /// (request order), one visit per distinct output row.
-#[multiversion(targets("x86_64+avx2+fma", "x86_64+avx", "aarch64+neon"))]
+#[multiversion(targets("x86_64+avx512f", "x86_64+avx2+fma", "x86_64+avx", "aarch64+neon"))]
 pub(crate) fn dotprod_loop<'a>(work: Work<'a>, dots: &'a mut [f32]) {
     match_target! {
+        // SAFETY: this arm is compiled only into clones for CPUs with AVX-512F.
+        "x86_64+avx512f" => dotprod_body(unsafe { Avx512::new_unchecked() }, work, dots),
         // SAFETY: this arm is compiled only into clones for CPUs with AVX.
         "x86_64+avx" => dotprod_body(unsafe { Avx::new_unchecked() }, work, dots),
         _ => dotprod_body(Portable, work, dots),
@@ -185,7 +187,7 @@ pub(crate) struct Steps<'a> {
 /// The updates of a validated minibatch (see [`crate::model::Model::adjust`]).
 /// Each output row's Δv and each input word's Δu is scaled by
 /// [`row_step_scale`] of its dot-product count.
-#[multiversion(targets("x86_64+avx2+fma", "x86_64+avx", "aarch64+neon"))]
+#[multiversion(targets("x86_64+avx512f", "x86_64+avx2+fma", "x86_64+avx", "aarch64+neon"))]
 pub(crate) fn adjust_loop<'a>(work: Work<'a>, steps: Steps<'a>) {
     let Work {
         u,
@@ -316,7 +318,7 @@ pub(crate) struct FusedSteps<'a> {
 /// (each row is visited once, and u is updated after all rows); the same
 /// kernels compute them. A dot product beyond [`DIVERGED_DOT`] (or NaN)
 /// adds no update; the caller fails the run on it.
-#[multiversion(targets("x86_64+avx2+fma", "x86_64+avx", "aarch64+neon"))]
+#[multiversion(targets("x86_64+avx512f", "x86_64+avx2+fma", "x86_64+avx", "aarch64+neon"))]
 pub(crate) fn fused_loop<'a>(work: Work<'a>, steps: FusedSteps<'a>) {
     let Work {
         u,
@@ -352,6 +354,8 @@ pub(crate) fn fused_loop<'a>(work: Work<'a>, steps: FusedSteps<'a>) {
         let scale = row_step_scale(run.len() as u64, cap);
         v.with_row_mut(x, |row| {
             match_target! {
+                // SAFETY: this arm is compiled only into clones for CPUs with AVX-512F.
+                "x86_64+avx512f" => run_dots(unsafe { Avx512::new_unchecked() }, run, u_rows, ends, row, dots),
                 // SAFETY: this arm is compiled only into clones for CPUs with AVX.
                 "x86_64+avx" => run_dots(unsafe { Avx::new_unchecked() }, run, u_rows, ends, row, dots),
                 _ => run_dots(Portable, run, u_rows, ends, row, dots),
