@@ -7,10 +7,10 @@
 //! fall back to 2-wide loads (seen in the shard's disassembly; ~2.7× slower
 //! than 8-wide on 50 columns). So the dot product also exists as AVX-512 and
 //! AVX intrinsics ([`Avx512`], [`Avx`]), chosen through the [`Simd`] trait:
-//! the shard's hot loops are generic over it, `#[multiversion]`ed (AVX-512F,
-//! AVX2+FMA, AVX, NEON, baseline, chosen at run time; never a wider set
-//! unconditionally), and pick [`Avx512`] or [`Avx`] with `match_target!` in
-//! the clones that have them, [`Portable`] elsewhere.
+//! the shard's hot loops are generic over it, `#[multiversion]`ed (AVX2+FMA,
+//! AVX, NEON, baseline, and AVX-512F for the fused loop; chosen at run time,
+//! never a wider set unconditionally), and pick [`Avx512`] or [`Avx`] with
+//! `match_target!` in the clones that have them, [`Portable`] elsewhere.
 //! [`dot`] and [`axpy`] are the same kernels behind their own run-time
 //! dispatch, for callers outside such loops and for the tests against
 //! [`dot_scalar`].

@@ -310,6 +310,14 @@ impl HogwildMatrix {
         self.col_offset
     }
 
+    /// Whether every row's cells of this view start on a 64-byte boundary
+    /// (the map's base is 2 MiB-aligned): rows of whole cache lines
+    /// ([`RowLayout`]), and a view starting at a multiple of 16 columns.
+    /// 512-bit loads pay only then (docs/benchmarks.md).
+    pub fn lines_aligned(&self) -> bool {
+        self.stride.is_multiple_of(64) && self.cells_at.is_multiple_of(64)
+    }
+
     /// Bytes this view holds: its cells, and the row locks for the view of
     /// the first columns (a lock serves every view of a row).
     pub fn memory_bytes(&self) -> usize {

@@ -134,12 +134,11 @@ pub(crate) struct Work<'a> {
 }
 
 /// The dot products of a validated minibatch into `dots`, pair-major
-/// (request order), one visit per distinct output row.
-#[multiversion(targets("x86_64+avx512f", "x86_64+avx2+fma", "x86_64+avx", "aarch64+neon"))]
+/// (request order), one visit per distinct output row. No AVX-512 clone:
+/// over `ps-shard` processes it lost (docs/benchmarks.md).
+#[multiversion(targets("x86_64+avx2+fma", "x86_64+avx", "aarch64+neon"))]
 pub(crate) fn dotprod_loop<'a>(work: Work<'a>, dots: &'a mut [f32]) {
     match_target! {
-        // SAFETY: this arm is compiled only into clones for CPUs with AVX-512F.
-        "x86_64+avx512f" => dotprod_body(unsafe { Avx512::new_unchecked() }, work, dots),
         // SAFETY: this arm is compiled only into clones for CPUs with AVX.
         "x86_64+avx" => dotprod_body(unsafe { Avx::new_unchecked() }, work, dots),
         _ => dotprod_body(Portable, work, dots),
@@ -186,8 +185,9 @@ pub(crate) struct Steps<'a> {
 
 /// The updates of a validated minibatch (see [`crate::model::Model::adjust`]).
 /// Each output row's Δv and each input word's Δu is scaled by
-/// [`row_step_scale`] of its dot-product count.
-#[multiversion(targets("x86_64+avx512f", "x86_64+avx2+fma", "x86_64+avx", "aarch64+neon"))]
+/// [`row_step_scale`] of its dot-product count. No AVX-512 clone, as
+/// [`dotprod_loop`].
+#[multiversion(targets("x86_64+avx2+fma", "x86_64+avx", "aarch64+neon"))]
 pub(crate) fn adjust_loop<'a>(work: Work<'a>, steps: Steps<'a>) {
     let Work {
         u,
@@ -320,6 +320,30 @@ pub(crate) struct FusedSteps<'a> {
 /// adds no update; the caller fails the run on it.
 #[multiversion(targets("x86_64+avx512f", "x86_64+avx2+fma", "x86_64+avx", "aarch64+neon"))]
 pub(crate) fn fused_loop<'a>(work: Work<'a>, steps: FusedSteps<'a>) {
+    match_target! {
+        "x86_64+avx512f" => {
+            // SAFETY: this arm is compiled only into clones for CPUs with
+            // AVX-512F, which have AVX.
+            let (wide, avx) = unsafe { (Avx512::new_unchecked(), Avx::new_unchecked()) };
+            // 512-bit loads only when every shard's partial dot product
+            // starts on a 64-byte boundary of the row: 512-bit loads that
+            // straddle two lines lose (docs/benchmarks.md).
+            if work.v.lines_aligned() && steps.ends.iter().all(|e| e.is_multiple_of(16)) {
+                fused_body(wide, work, steps)
+            } else {
+                fused_body(avx, work, steps)
+            }
+        }
+        // SAFETY: this arm is compiled only into clones for CPUs with AVX.
+        "x86_64+avx" => fused_body(unsafe { Avx::new_unchecked() }, work, steps),
+        _ => fused_body(Portable, work, steps),
+    }
+}
+
+/// [`fused_loop`] with the dot products of `k`. Inlined into each clone,
+/// so that everything it runs keeps the clone's target features.
+#[inline(always)]
+fn fused_body<K: Simd>(k: K, work: Work<'_>, steps: FusedSteps<'_>) {
     let Work {
         u,
         v,
@@ -343,23 +367,17 @@ pub(crate) fn fused_loop<'a>(work: Work<'a>, steps: FusedSteps<'a>) {
     let a = Portable; // as in adjust_loop
     read_input_rows(u, inputs, contexts, u_rows);
     let u_rows = &*u_rows;
-    // The closure stays in this function: closures inherit the clone's
-    // target features, functions it calls do not, and one of them left out
-    // of line in a helper ran the axpys without AVX (perf: 1.19x the CPU
-    // of the two calls). Per row, in one hold of its lock: its dot
+    // The closure stays inlined into the clone: closures inherit the
+    // clone's target features, functions it calls do not, and one of them
+    // left out of line in a helper ran the axpys without AVX (perf: 1.19x
+    // the CPU of the two calls). Per row, in one hold of its lock: its dot
     // products, their weights, its updates. (Two holds, one for the dots
     // and one for the updates, cost two more locked instructions per row,
     // each waiting on memory: 12 % of the loop at V = 5M.)
     for (x, run) in RowRuns::new(v, plan, groups) {
         let scale = row_step_scale(run.len() as u64, cap);
         v.with_row_mut(x, |row| {
-            match_target! {
-                // SAFETY: this arm is compiled only into clones for CPUs with AVX-512F.
-                "x86_64+avx512f" => run_dots(unsafe { Avx512::new_unchecked() }, run, u_rows, ends, row, dots),
-                // SAFETY: this arm is compiled only into clones for CPUs with AVX.
-                "x86_64+avx" => run_dots(unsafe { Avx::new_unchecked() }, run, u_rows, ends, row, dots),
-                _ => run_dots(Portable, run, u_rows, ends, row, dots),
-            }
+            run_dots(k, run, u_rows, ends, row, dots);
             for &(t, _) in run {
                 let (t, f) = (t as usize, dots[t as usize]);
                 weights[t] = if f.abs() <= DIVERGED_DOT {

@@ -717,6 +717,35 @@ mod tests {
 
     /// In-process shards sharing rows step a minibatch fused, bit for bit
     /// what shards of their own give call by call (skip-gram and CBOW).
+    /// Rows of whole cache lines (32 columns, and two 16-column siblings):
+    /// on a CPU with AVX-512F the fused loop's dot products take 512-bit
+    /// loads there, the split loops' 256-bit ones, bit for bit the same.
+    #[test]
+    fn fused_step_on_rows_of_whole_lines_is_the_split_step_bit_for_bit() {
+        let wide = |r: Range<u32>| {
+            let mut s = spec(r);
+            s.model.dim = 32;
+            s
+        };
+        let whole = || Model::new(wide(0..32), &COUNTS).expect("model");
+        let joined = Joined::of(&[Arc::new(whole())]).expect("one shard holds whole vectors");
+        assert!(joined.models[0].v.lines_aligned(), "rows of whole lines");
+        fused_matches_split(&joined, &[whole()], false);
+        let siblings = Siblings::default();
+        let shared: Vec<Arc<Model>> = [0..16u32, 16..32]
+            .into_iter()
+            .map(|r| {
+                let counts: Arc<[u64]> = COUNTS.into();
+                Arc::new(Model::initial_in(wide(r), counts, 0, Some(&siblings)).expect("model"))
+            })
+            .collect();
+        let own: Vec<Model> = [0..16u32, 16..32]
+            .into_iter()
+            .map(|r| Model::new(wide(r), &COUNTS).expect("model"))
+            .collect();
+        fused_matches_split(&Joined::of(&shared).expect("side by side"), &own, false);
+    }
+
     #[test]
     fn sibling_slices_step_fused_as_separate_shards_would() {
         let ranges = [0..3u32, 3..5, 5..8];
