@@ -715,8 +715,6 @@ mod tests {
         assert!(Joined::of(&[slice]).is_none());
     }
 
-    /// In-process shards sharing rows step a minibatch fused, bit for bit
-    /// what shards of their own give call by call (skip-gram and CBOW).
     /// Rows of whole cache lines (32 columns, and two 16-column siblings):
     /// on a CPU with AVX-512F the fused loop's dot products take 512-bit
     /// loads there, the split loops' 256-bit ones, bit for bit the same.
@@ -746,6 +744,8 @@ mod tests {
         fused_matches_split(&Joined::of(&shared).expect("side by side"), &own, false);
     }
 
+    /// In-process shards sharing rows step a minibatch fused, bit for bit
+    /// what shards of their own give call by call (skip-gram and CBOW).
     #[test]
     fn sibling_slices_step_fused_as_separate_shards_would() {
         let ranges = [0..3u32, 3..5, 5..8];
