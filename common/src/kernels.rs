@@ -223,11 +223,9 @@ unsafe fn dot_avx512(a: &[f32], b: &[f32]) -> f32 {
 }
 
 /// [`dot_kernel`], dispatched at run time to the best SIMD variant.
-#[multiversion(targets("x86_64+avx512f", "x86_64+avx2+fma", "x86_64+avx", "aarch64+neon"))]
+#[multiversion(targets("x86_64+avx2+fma", "x86_64+avx", "aarch64+neon"))]
 pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     match_target! {
-        // SAFETY: this arm is compiled only into clones for CPUs with AVX-512F.
-        "x86_64+avx512f" => unsafe { Avx512::new_unchecked() }.dot(a, b),
         // SAFETY: this arm is compiled only into clones for CPUs with AVX.
         "x86_64+avx" => unsafe { Avx::new_unchecked() }.dot(a, b),
         _ => Portable.dot(a, b),
@@ -235,7 +233,7 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
 }
 
 /// [`axpy_kernel`], dispatched at run time to the best SIMD variant.
-#[multiversion(targets("x86_64+avx512f", "x86_64+avx2+fma", "x86_64+avx", "aarch64+neon"))]
+#[multiversion(targets("x86_64+avx2+fma", "x86_64+avx", "aarch64+neon"))]
 pub fn axpy(alpha: f32, x: &[f32], y: &mut [f32]) {
     axpy_kernel(alpha, x, y)
 }

@@ -308,6 +308,62 @@ pub(crate) struct FusedSteps<'a> {
     pub ends: &'a [usize],
 }
 
+/// [`fused_loop`]'s body with the dot products of `$k`, written out in each
+/// function compiled for a target (a macro, not a function): the per-row
+/// closure then inherits that function's target features. Defined in a
+/// helper function, which has none, it ran the axpys without AVX whenever
+/// LLVM left it out of line: 1.22x the time of part 01 at d 100 over 4
+/// embedded shards (and 1.19x the CPU of the two calls in an earlier
+/// helper, by perf).
+macro_rules! fused_body {
+    ($k:expr, $work:expr, $steps:expr) => {{
+        let k = $k;
+        let Work {
+            u,
+            v,
+            inputs,
+            contexts,
+            plan,
+            groups,
+            u_rows,
+        } = $work;
+        let FusedSteps {
+            alpha,
+            per_pair,
+            input_scale,
+            cap,
+            dots,
+            weights,
+            u_delta,
+            v_delta,
+            ends,
+        } = $steps;
+        let a = Portable; // as in adjust_loop
+        read_input_rows(u, inputs, contexts, u_rows);
+        let u_rows = &*u_rows;
+        // Per row, in one hold of its lock: its dot
+        // products, their weights, its updates. (Two holds, one for the dots
+        // and one for the updates, cost two more locked instructions per row,
+        // each waiting on memory: 12 % of the loop at V = 5M.)
+        for (x, run) in RowRuns::new(v, plan, groups) {
+            let scale = row_step_scale(run.len() as u64, cap);
+            v.with_row_mut(x, |row| {
+                run_dots(k, run, u_rows, ends, row, dots);
+                for &(t, _) in run {
+                    let (t, f) = (t as usize, dots[t as usize]);
+                    weights[t] = if f.abs() <= DIVERGED_DOT {
+                        alpha * scaled_weight(f, t % per_pair == 0)
+                    } else {
+                        0.0
+                    };
+                }
+                update_row(a, row, scale, run, weights, u_rows, u_delta, v_delta)
+            });
+        }
+        add_input_deltas(u, inputs, contexts, u_delta, input_scale);
+    }};
+}
+
 /// [`dotprod_loop`], the weights and [`adjust_loop`] of a minibatch on
 /// whole vectors (one shard's, or the column slices of in-process shards
 /// side by side, `ends` marking them: the summed dot products are final),
@@ -318,78 +374,39 @@ pub(crate) struct FusedSteps<'a> {
 /// (each row is visited once, and u is updated after all rows); the same
 /// kernels compute them. A dot product beyond [`DIVERGED_DOT`] (or NaN)
 /// adds no update; the caller fails the run on it.
-#[multiversion(targets("x86_64+avx512f", "x86_64+avx2+fma", "x86_64+avx", "aarch64+neon"))]
 pub(crate) fn fused_loop<'a>(work: Work<'a>, steps: FusedSteps<'a>) {
-    match_target! {
-        "x86_64+avx512f" => {
-            // SAFETY: this arm is compiled only into clones for CPUs with
-            // AVX-512F, which have AVX.
-            let (wide, avx) = unsafe { (Avx512::new_unchecked(), Avx::new_unchecked()) };
-            // 512-bit loads only when every shard's partial dot product
-            // starts on a 64-byte boundary of the row: 512-bit loads that
-            // straddle two lines lose (docs/benchmarks.md).
-            if work.v.lines_aligned() && steps.ends.iter().all(|e| e.is_multiple_of(16)) {
-                fused_body(wide, work, steps)
-            } else {
-                fused_body(avx, work, steps)
-            }
+    // AVX-512 only when every shard's partial dot product starts on a
+    // 64-byte boundary of the row: elsewhere (packed rows, e.g. d 100 over
+    // 4 shards) its 512-bit code took 1.22x the time (docs/benchmarks.md).
+    #[cfg(target_arch = "x86_64")]
+    if work.v.lines_aligned() && steps.ends.iter().all(|e| e.is_multiple_of(16)) {
+        if let Some(k) = Avx512::detect() {
+            // SAFETY: `k` exists only on CPUs with AVX-512F.
+            return unsafe { fused_avx512(k, work, steps) };
         }
-        // SAFETY: this arm is compiled only into clones for CPUs with AVX.
-        "x86_64+avx" => fused_body(unsafe { Avx::new_unchecked() }, work, steps),
-        _ => fused_body(Portable, work, steps),
     }
+    fused_narrow(work, steps)
 }
 
-/// [`fused_loop`] with the dot products of `k`. Inlined into each clone,
-/// so that everything it runs keeps the clone's target features.
-#[inline(always)]
-fn fused_body<K: Simd>(k: K, work: Work<'_>, steps: FusedSteps<'_>) {
-    let Work {
-        u,
-        v,
-        inputs,
-        contexts,
-        plan,
-        groups,
-        u_rows,
-    } = work;
-    let FusedSteps {
-        alpha,
-        per_pair,
-        input_scale,
-        cap,
-        dots,
-        weights,
-        u_delta,
-        v_delta,
-        ends,
-    } = steps;
-    let a = Portable; // as in adjust_loop
-    read_input_rows(u, inputs, contexts, u_rows);
-    let u_rows = &*u_rows;
-    // The closure stays inlined into the clone: closures inherit the
-    // clone's target features, functions it calls do not, and one of them
-    // left out of line in a helper ran the axpys without AVX (perf: 1.19x
-    // the CPU of the two calls). Per row, in one hold of its lock: its dot
-    // products, their weights, its updates. (Two holds, one for the dots
-    // and one for the updates, cost two more locked instructions per row,
-    // each waiting on memory: 12 % of the loop at V = 5M.)
-    for (x, run) in RowRuns::new(v, plan, groups) {
-        let scale = row_step_scale(run.len() as u64, cap);
-        v.with_row_mut(x, |row| {
-            run_dots(k, run, u_rows, ends, row, dots);
-            for &(t, _) in run {
-                let (t, f) = (t as usize, dots[t as usize]);
-                weights[t] = if f.abs() <= DIVERGED_DOT {
-                    alpha * scaled_weight(f, t % per_pair == 0)
-                } else {
-                    0.0
-                };
-            }
-            update_row(a, row, scale, run, weights, u_rows, u_delta, v_delta)
-        });
+/// [`fused_loop`] compiled for AVX-512F, on rows of whole cache lines.
+///
+/// # Safety
+/// The CPU must have AVX-512F (`k` proves it).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn fused_avx512(k: Avx512, work: Work<'_>, steps: FusedSteps<'_>) {
+    fused_body!(k, work, steps)
+}
+
+/// [`fused_loop`] for every other row and CPU: the best of AVX2+FMA, AVX,
+/// NEON and the baseline, chosen at run time.
+#[multiversion(targets("x86_64+avx2+fma", "x86_64+avx", "aarch64+neon"))]
+fn fused_narrow<'a>(work: Work<'a>, steps: FusedSteps<'a>) {
+    match_target! {
+        // SAFETY: this arm is compiled only into clones for CPUs with AVX.
+        "x86_64+avx" => fused_body!(unsafe { Avx::new_unchecked() }, work, steps),
+        _ => fused_body!(Portable, work, steps),
     }
-    add_input_deltas(u, inputs, contexts, u_delta, input_scale);
 }
 
 /// The dot products of one output row's run, with `k` (as [`dotprod_body`]):
