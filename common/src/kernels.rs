@@ -8,9 +8,10 @@
 //! than 8-wide on 50 columns). So the dot product also exists as AVX-512 and
 //! AVX intrinsics ([`Avx512`], [`Avx`]), chosen through the [`Simd`] trait:
 //! the shard's hot loops are generic over it, `#[multiversion]`ed (AVX2+FMA,
-//! AVX, NEON, baseline, and AVX-512F for the fused loop; chosen at run time,
-//! never a wider set unconditionally), and pick [`Avx512`] or [`Avx`] with
-//! `match_target!` in the clones that have them, [`Portable`] elsewhere.
+//! AVX, NEON, baseline, chosen at run time; never a wider set
+//! unconditionally), and pick [`Avx`] with `match_target!` in the clones that
+//! have AVX, [`Portable`] elsewhere. The fused loop also has a build for
+//! AVX-512F, entered with the [`Avx512`] that [`Avx512::detect`] returns.
 //! [`dot`] and [`axpy`] are the same kernels behind their own run-time
 //! dispatch, for callers outside such loops and for the tests against
 //! [`dot_scalar`].
@@ -160,17 +161,9 @@ pub struct Avx512(());
 
 #[cfg(target_arch = "x86_64")]
 impl Avx512 {
-    /// `Some` when this CPU has AVX-512F.
+    /// `Some` when this CPU has AVX-512F (the only way to get one).
     pub fn detect() -> Option<Self> {
         std::arch::is_x86_feature_detected!("avx512f").then_some(Self(()))
-    }
-
-    /// # Safety
-    /// The CPU must have AVX-512F: call only where that is known, e.g. in a
-    /// `#[multiversion]` clone whose target includes it.
-    #[inline(always)]
-    pub unsafe fn new_unchecked() -> Self {
-        Self(())
     }
 }
 
@@ -178,8 +171,8 @@ impl Avx512 {
 impl Simd for Avx512 {
     #[inline(always)]
     fn dot(self, a: &[f32], b: &[f32]) -> f32 {
-        // SAFETY: an `Avx512` exists only on CPUs with AVX-512F (see its
-        // constructors).
+        // SAFETY: an `Avx512` exists only on CPUs with AVX-512F (see
+        // `detect`, its one constructor).
         unsafe { dot_avx512(a, b) }
     }
 }

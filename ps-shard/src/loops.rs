@@ -341,10 +341,10 @@ macro_rules! fused_body {
         let a = Portable; // as in adjust_loop
         read_input_rows(u, inputs, contexts, u_rows);
         let u_rows = &*u_rows;
-        // Per row, in one hold of its lock: its dot
-        // products, their weights, its updates. (Two holds, one for the dots
-        // and one for the updates, cost two more locked instructions per row,
-        // each waiting on memory: 12 % of the loop at V = 5M.)
+        // Per row, in one hold of its lock: its dot products, their
+        // weights, its updates. (Two holds, one for the dots and one for the
+        // updates, cost two more locked instructions per row, each waiting
+        // on memory: 12 % of the loop at V = 5M.)
         for (x, run) in RowRuns::new(v, plan, groups) {
             let scale = row_step_scale(run.len() as u64, cap);
             v.with_row_mut(x, |row| {
