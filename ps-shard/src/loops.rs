@@ -376,8 +376,9 @@ macro_rules! fused_body {
 /// adds no update; the caller fails the run on it.
 pub(crate) fn fused_loop<'a>(work: Work<'a>, steps: FusedSteps<'a>) {
     // AVX-512 only when every shard's partial dot product starts on a
-    // 64-byte boundary of the row: elsewhere (packed rows, e.g. d 100 over
-    // 4 shards) its 512-bit code took 1.22x the time (docs/benchmarks.md).
+    // 64-byte boundary of the row: on packed rows nearly every 512-bit load
+    // straddles two lines, and a clone of the loops gained nothing there
+    // (docs/benchmarks.md, "The plan's sort, and three loop experiments").
     #[cfg(target_arch = "x86_64")]
     if work.v.lines_aligned() && steps.ends.iter().all(|e| e.is_multiple_of(16)) {
         if let Some(k) = Avx512::detect() {
