@@ -23,9 +23,9 @@
 //!   first 5 sections are semantic).
 
 use crate::embeddings::{CaseFold, Embeddings};
-use crate::evaluate::{py_split, py_strip, EvalError};
+use crate::error::EvalError;
 use crate::knn::{self, row_slice, TopK};
-
+use crate::text::{excerpt, py_split, py_strip};
 use serde::Serialize;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -90,7 +90,7 @@ impl AnalogySet {
                 continue;
             }
             let Some(section) = sections.last_mut() else {
-                let shown: String = line.chars().take(80).collect();
+                let shown = excerpt(line);
                 return Err(err(
                     line_no,
                     format!("{shown:?} comes before the first `: section` header; {FORMAT}"),
@@ -112,7 +112,7 @@ impl AnalogySet {
         if sections.iter().all(|s| s.questions.is_empty()) {
             return Err(match first_invalid {
                 Some((line, text)) => {
-                    let shown: String = text.chars().take(80).collect();
+                    let shown = excerpt(text);
                     err(
                         line,
                         format!("not one question could be read; the first invalid line is {shown:?}; {FORMAT}"),

@@ -1,50 +1,21 @@
-//! `colonnade eval`: analogy accuracy ([`analogy`], 3CosAdd and 3CosMul) and
-//! word-pair similarity correlation ([`pairs`], Spearman and Pearson) of a
-//! vectors file, with the same rules as gensim 4.4's
-//! `evaluate_word_analogies` / `evaluate_word_pairs`, so the numbers compare
-//! (`tests/python/test_eval_parity.py` checks it), and node classification
-//! ([`classify`], Micro-/Macro-F1 of a one-vs-rest logistic regression as
-//! scikit-learn's, `tests/python/test_node_classification.py`). A table by
-//! default, JSON with `--json`.
+//! `colonnade eval`: its flags, which evaluations they ask for, and the report
+//! (a table by default, JSON with `--json`). The evaluations live below:
+//! analogy accuracy ([`analogy`], 3CosAdd and 3CosMul) and word-pair
+//! similarity correlation ([`pairs`], Spearman and Pearson) with the same
+//! rules as gensim 4.4's `evaluate_word_analogies` / `evaluate_word_pairs`,
+//! so the numbers compare (`tests/python/test_eval_parity.py` checks it);
+//! node classification ([`classify`], Micro-/Macro-F1 of a one-vs-rest
+//! logistic regression as scikit-learn's,
+//! `tests/python/test_node_classification.py`); and the recall of planted
+//! groups among nearest neighbours ([`groups`]).
 
 use crate::embeddings::RawEmbeddings;
-use crate::{analogy, classify, groups, pairs};
+use crate::{analogy, classify, groups, one_vs_rest, pairs};
 use anyhow::{bail, Context};
 use serde::Serialize;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::time::Instant;
-
-#[derive(Debug, thiserror::Error)]
-pub enum EvalError {
-    /// Reading a file; the message names the path (it comes from `fs-err`).
-    #[error(transparent)]
-    Io(#[from] std::io::Error),
-    #[error("{path}:{line}: {msg}")]
-    Parse {
-        path: PathBuf,
-        line: u64,
-        msg: String,
-    },
-    /// A file with nothing to evaluate in it.
-    #[error("{path}: {msg}")]
-    Empty { path: PathBuf, msg: String },
-}
-
-/// Python's `str.isspace`: Unicode White_Space plus U+001C..U+001F.
-pub(crate) fn py_space(c: char) -> bool {
-    c.is_whitespace() || ('\u{1c}'..='\u{1f}').contains(&c)
-}
-
-/// Python's `str.split()` (no argument).
-pub(crate) fn py_split(s: &str) -> impl Iterator<Item = &str> {
-    s.split(py_space).filter(|w| !w.is_empty())
-}
-
-/// Python's `str.strip()` (no argument).
-pub(crate) fn py_strip(s: &str) -> &str {
-    s.trim_matches(py_space)
-}
 
 /// Evaluate vectors on word analogies, word-pair similarity and node classification.
 #[derive(clap::Args, Debug)]
@@ -124,7 +95,7 @@ pub struct EvalArgs {
     #[arg(
         long,
         env = "COLONNADE_LABEL_TOL",
-        default_value_t = classify::DEFAULT_TOLERANCE,
+        default_value_t = one_vs_rest::DEFAULT_TOLERANCE,
         value_parser = parse_positive
     )]
     pub label_tol: f64,
@@ -133,7 +104,7 @@ pub struct EvalArgs {
     #[arg(
         long,
         env = "COLONNADE_LABEL_MAX_ITER",
-        default_value_t = classify::DEFAULT_MAX_ITERATIONS,
+        default_value_t = one_vs_rest::DEFAULT_MAX_ITERATIONS,
         value_parser = clap::value_parser!(u64).range(1..)
     )]
     pub label_max_iter: u64,
@@ -172,11 +143,15 @@ pub struct EvalReport {
     pub groups: Option<groups::GroupReport>,
 }
 
-fn parse_fraction(s: &str) -> Result<f64, String> {
-    let f: f64 = s
-        .trim()
+/// A flag's value as a number (whitespace around it allowed).
+fn parse_number(s: &str) -> Result<f64, String> {
+    s.trim()
         .parse()
-        .map_err(|e| format!("{s:?} is not a number ({e})"))?;
+        .map_err(|e| format!("{s:?} is not a number ({e})"))
+}
+
+fn parse_fraction(s: &str) -> Result<f64, String> {
+    let f = parse_number(s)?;
     if f > 0.0 && f < 1.0 {
         Ok(f)
     } else {
@@ -185,10 +160,7 @@ fn parse_fraction(s: &str) -> Result<f64, String> {
 }
 
 fn parse_positive(s: &str) -> Result<f64, String> {
-    let x: f64 = s
-        .trim()
-        .parse()
-        .map_err(|e| format!("{s:?} is not a number ({e})"))?;
+    let x = parse_number(s)?;
     if x > 0.0 && x.is_finite() {
         Ok(x)
     } else {

@@ -9,8 +9,9 @@
 //! all lines (mostly the rare tail, seen once or twice).
 
 use crate::embeddings::Embeddings;
-use crate::evaluate::EvalError;
+use crate::error::EvalError;
 use crate::similar::neighbours;
+use crate::text::line_of;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 
@@ -28,11 +29,10 @@ impl GroupSet {
     pub fn load(path: &Path) -> Result<Self, EvalError> {
         let bytes = fs_err::read(path)?;
         let text = String::from_utf8(bytes).map_err(|e| {
-            let at = e.utf8_error().valid_up_to();
-            let line = e.as_bytes()[..at].iter().filter(|b| **b == b'\n').count();
+            let line = line_of(e.as_bytes(), e.utf8_error().valid_up_to());
             EvalError::Parse {
                 path: path.to_path_buf(),
-                line: line as u64 + 1,
+                line,
                 msg: "not UTF-8".into(),
             }
         })?;

@@ -15,7 +15,8 @@
 //!   `scipy.stats.spearmanr`), reported with Pearson's r.
 
 use crate::embeddings::Embeddings;
-use crate::evaluate::{py_strip, EvalError};
+use crate::error::EvalError;
+use crate::text::{excerpt, py_split, py_strip, utf8};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 
@@ -42,14 +43,7 @@ impl PairSet {
     }
 
     pub fn parse(path: &Path, bytes: &[u8]) -> Result<Self, EvalError> {
-        let text = std::str::from_utf8(bytes).map_err(|e| EvalError::Parse {
-            path: path.to_path_buf(),
-            line: 1 + bytes[..e.valid_up_to()]
-                .iter()
-                .filter(|b| **b == b'\n')
-                .count() as u64,
-            msg: format!("not UTF-8 ({e})"),
-        })?;
+        let text = utf8(path, bytes)?;
         // Python's universal newlines: \r\n and \r end lines too.
         let text = text.replace("\r\n", "\n").replace('\r', "\n");
         let mut pairs = Vec::new();
@@ -100,8 +94,8 @@ fn no_pairs(path: &Path, first_invalid: Option<(u64, &str)>) -> EvalError {
             msg: format!("no word pairs in the file; {FORMAT}"),
         };
     };
-    let shown: String = text.chars().take(80).collect();
-    let hint = if text.split('\t').count() != 3 && crate::evaluate::py_split(text).count() == 3 {
+    let shown = excerpt(text);
+    let hint = if text.split('\t').count() != 3 && py_split(text).count() == 3 {
         " (this line has 3 fields separated by spaces, not TABs)"
     } else {
         ""
