@@ -32,6 +32,10 @@ if ! cargo nextest --version >/dev/null 2>&1; then
   echo "setup: installing cargo-nextest" >&2
   cargo install --locked cargo-nextest >/dev/null
 fi
+if ! cargo machete --version >/dev/null 2>&1; then
+  echo "setup: installing cargo-machete (finds unused dependencies)" >&2
+  cargo install --locked cargo-machete >/dev/null
+fi
 
 if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c "import gensim, h5py, pytest, sklearn, prometheus_client" >/dev/null 2>&1; then
   echo "setup: creating .venv with gensim, h5py, pytest, scikit-learn, prometheus-client" >&2

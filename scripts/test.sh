@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh clone: installs what the build needs
-# (scripts/setup.sh), checks formatting and lints (cargo fmt --check, clippy
-# -D warnings), builds the release binaries, runs the Rust tests
+# (scripts/setup.sh), checks formatting, unused dependencies and lints
+# (cargo fmt --check, cargo machete, clippy -D warnings), builds the release binaries, runs the Rust tests
 # (unit, property, integration with real shards on loopback), the Python tests
 # that read our outputs with h5py and gensim, and the deployment checks.
 set -euo pipefail
@@ -25,6 +25,7 @@ step() {
 
 step ./scripts/setup.sh
 step cargo fmt --all -- --check
+step cargo machete
 # --release: the proc-macros and build scripts it compiles are then the same
 # artifacts the release build below uses (a dev-profile clippy compiled them twice).
 step cargo clippy --release --workspace --all-targets -- -D warnings

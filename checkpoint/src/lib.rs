@@ -8,7 +8,10 @@
 //!
 //! This crate only reads and writes files: it never holds training state,
 //! never depends on the network stack or on HDF5 (the shard binary links it).
+//! The spec it stores is the domain's [`ShardSpec`], serialized as its flat
+//! fields (`cbow` for the objective).
 
+use colonnade_common::model::{Matrix, ShardSpec};
 use serde::{Deserialize, Serialize};
 use std::io::{BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
@@ -23,42 +26,16 @@ const MAX_HEADER: u32 = 64 << 20;
 /// Bytes converted per write or read call.
 const CHUNK: usize = 1 << 20;
 
-/// One shard's slice of a model: what it was created with.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct SliceSpec {
-    pub vocab_fingerprint: u64,
-    pub vocab_size: u64,
-    pub dim: u32,
-    pub col_start: u32,
-    pub col_end: u32,
-    pub negative: u32,
-    pub sampling_power: f32,
-    pub init_seed: u64,
-    /// CBOW instead of skip-gram (absent in files written before it: false).
-    #[serde(default)]
-    pub cbow: bool,
-}
-
-impl SliceSpec {
-    pub fn cols(&self) -> usize {
-        self.col_end.saturating_sub(self.col_start) as usize
-    }
-
-    pub fn rows(&self) -> u64 {
-        self.vocab_size
-    }
-
-    /// Values in one matrix, if it fits in memory's address space.
-    fn cells(&self) -> Option<u64> {
-        self.vocab_size.checked_mul(self.cols() as u64)
-    }
+/// Values in one matrix of `spec`'s slice, if it fits in memory's address space.
+fn cells(spec: &ShardSpec) -> Option<u64> {
+    spec.model.vocab_size.checked_mul(spec.cols() as u64)
 }
 
 /// The header of a checkpoint file.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Header {
     pub model_fingerprint: u64,
-    pub spec: SliceSpec,
+    pub spec: ShardSpec,
     /// xxh3-64 of the word counts (little-endian u64s) the negative sampler
     /// was built from.
     pub counts_fingerprint: u64,
@@ -75,7 +52,7 @@ pub struct Header {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 struct ModelHeader {
     model_fingerprint: u64,
-    spec: SliceSpec,
+    spec: ShardSpec,
     counts: u64,
 }
 
@@ -335,7 +312,7 @@ impl ModelDir {
     pub fn write_model(
         &self,
         fingerprint: u64,
-        spec: &SliceSpec,
+        spec: &ShardSpec,
         counts: &[u64],
     ) -> Result<(), CheckpointError> {
         fs_err::create_dir_all(&self.path).map_err(io(&self.path))?;
@@ -368,7 +345,7 @@ impl ModelDir {
     }
 
     /// Reads `model.bin` (checksums verified): fingerprint, spec, counts.
-    pub fn read_model(&self) -> Result<(u64, SliceSpec, Vec<u64>), CheckpointError> {
+    pub fn read_model(&self) -> Result<(u64, ShardSpec, Vec<u64>), CheckpointError> {
         let path = self.model_path();
         let file = fs_err::File::open(&path).map_err(io(&path))?;
         let len = file.metadata().map_err(io(&path))?.len();
@@ -394,10 +371,14 @@ impl ModelDir {
                 u64::from_le_bytes(a)
             }));
         })?;
-        if counts.len() as u64 != h.spec.vocab_size {
+        if counts.len() as u64 != h.spec.model.vocab_size {
             return Err(corrupt(
                 &path,
-                format!("{} counts for {} words", counts.len(), h.spec.vocab_size),
+                format!(
+                    "{} counts for {} words",
+                    counts.len(),
+                    h.spec.model.vocab_size
+                ),
             ));
         }
         Ok((h.model_fingerprint, h.spec, counts))
@@ -438,7 +419,7 @@ impl ModelDir {
         v: &[f32],
     ) -> Result<WriteStats, CheckpointError> {
         let path = self.checkpoint_path(header.version);
-        let cells = header.spec.cells();
+        let cells = cells(&header.spec);
         if cells != Some(u.len() as u64) || cells != Some(v.len() as u64) {
             return Err(corrupt(
                 &path,
@@ -446,7 +427,7 @@ impl ModelDir {
                     "refusing to write matrices of {} and {} values for {} rows × {} columns",
                     u.len(),
                     v.len(),
-                    header.spec.vocab_size,
+                    header.spec.model.vocab_size,
                     header.spec.cols()
                 ),
             ));
@@ -506,13 +487,6 @@ impl ModelDir {
     }
 }
 
-/// Which matrix a block of rows belongs to.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Which {
-    U,
-    V,
-}
-
 /// A checkpoint file opened for reading, its header verified.
 pub struct CheckpointReader {
     path: PathBuf,
@@ -530,9 +504,7 @@ impl CheckpointReader {
         let (json, offset) = read_header(path, &mut reader, CHECKPOINT_MAGIC, len)?;
         let header: Header = serde_json::from_slice(&json)
             .map_err(|e| corrupt(path, format!("header is not valid: {e}")))?;
-        let expected = header
-            .spec
-            .cells()
+        let expected = cells(&header.spec)
             .and_then(|c| c.checked_mul(8))
             .and_then(|p| p.checked_add(offset + 8));
         if expected != Some(len) {
@@ -541,7 +513,7 @@ impl CheckpointReader {
                 format!(
                     "truncated or corrupt: {len} bytes, expected {} for {} rows × {} columns",
                     expected.map_or_else(|| "more than 2^64".into(), |e| e.to_string()),
-                    header.spec.vocab_size,
+                    header.spec.model.vocab_size,
                     header.spec.cols()
                 ),
             ));
@@ -562,10 +534,10 @@ impl CheckpointReader {
     /// into a fresh buffer and discards it on error.
     pub fn read_matrices(
         mut self,
-        mut sink: impl FnMut(Which, u64, &[f32]),
+        mut sink: impl FnMut(Matrix, u64, &[f32]),
     ) -> Result<(), CheckpointError> {
         let cols = self.header.spec.cols().max(1);
-        let cells = self.header.spec.cells().unwrap_or(0);
+        let cells = cells(&self.header.spec).unwrap_or(0);
         let row_bytes = cols * 4;
         // Whole rows per block, about CHUNK bytes.
         let rows_per_block = (CHUNK / row_bytes).max(1);
@@ -600,9 +572,9 @@ impl CheckpointReader {
                         .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])),
                 );
                 let (which, first) = if emitted < cells {
-                    (Which::U, emitted / cols as u64)
+                    (Matrix::Input, emitted / cols as u64)
                 } else {
-                    (Which::V, (emitted - cells) / cols as u64)
+                    (Matrix::Output, (emitted - cells) / cols as u64)
                 };
                 sink(which, first, &values);
                 emitted += n as u64;
@@ -625,8 +597,8 @@ pub fn read_checkpoint(path: &Path) -> Result<(Header, Vec<f32>, Vec<f32>), Chec
     let header = reader.header().clone();
     let (mut u, mut v) = (Vec::new(), Vec::new());
     reader.read_matrices(|which, _, values| match which {
-        Which::U => u.extend_from_slice(values),
-        Which::V => v.extend_from_slice(values),
+        Matrix::Input => u.extend_from_slice(values),
+        Matrix::Output => v.extend_from_slice(values),
     })?;
     Ok((header, u, v))
 }

@@ -1,16 +1,18 @@
 use super::*;
 
-fn spec(rows: u64, cols: u32) -> SliceSpec {
-    SliceSpec {
-        vocab_fingerprint: 7,
-        vocab_size: rows,
-        dim: cols * 2,
+fn spec(rows: u64, cols: u32) -> ShardSpec {
+    ShardSpec {
+        model: colonnade_common::model::ModelSpec {
+            vocab_fingerprint: 7,
+            vocab_size: rows,
+            dim: cols * 2,
+            negative: 5,
+            sampling_power: 0.75,
+            init_seed: 1,
+            objective: colonnade_common::model::Objective::SkipGram,
+        },
         col_start: cols,
         col_end: cols * 2,
-        negative: 5,
-        sampling_power: 0.75,
-        init_seed: 1,
-        cbow: false,
     }
 }
 
@@ -58,7 +60,7 @@ fn model_and_checkpoint_round_trip_bit_exact() {
     CheckpointReader::open(&m.checkpoint_path(4))
         .expect("open")
         .read_matrices(|w, first, values| {
-            let i = usize::from(w == Which::V);
+            let i = usize::from(w == Matrix::Output);
             assert_eq!(first, next[i]);
             assert_eq!(values.len() % cols as usize, 0);
             next[i] += (values.len() / cols as usize) as u64;

@@ -7,7 +7,7 @@
 //! parts are written in order, each ending at the batch where it reaches
 //! its share of the vocabulary's words.
 
-use crate::cli::InvalidUtf8Arg;
+use crate::flags::InvalidUtf8Arg;
 use crate::stream::EncodedSource;
 use anyhow::bail;
 use colonnade_common::corpus::{for_each_sentence, CorpusError, DEFAULT_MAX_SENTENCE};

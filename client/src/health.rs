@@ -22,14 +22,15 @@ pub struct HealthArgs {
     pub service: String,
 }
 
-pub async fn run(args: &HealthArgs) -> anyhow::Result<()> {
+pub async fn run(args: &HealthArgs, connector: &colonnade_setup::Connector) -> anyhow::Result<()> {
     let timeout = Duration::from_secs(args.timeout_secs.max(1));
     for endpoint in &args.shards {
         let probe = async {
-            let channel = colonnade_proto::shard_endpoint(endpoint, timeout)?
+            let channel = connector
+                .endpoint(endpoint, timeout)?
                 .connect()
                 .await
-                .map_err(|e| anyhow::anyhow!(colonnade_proto::explain(&e)))?;
+                .map_err(|e| anyhow::anyhow!(colonnade_setup::explain(&e)))?;
             let resp = HealthClient::new(channel)
                 .check(HealthCheckRequest {
                     service: args.service.clone(),

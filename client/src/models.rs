@@ -4,9 +4,10 @@
 
 use crate::preflight::human_bytes;
 use anyhow::{bail, Context};
+use colonnade_common::model::ShardSpec;
 use colonnade_exporter::{describe_model, parse_fingerprint};
-use colonnade_proto::v1::{DropModelRequest, ModelStatus, StatusRequest, StatusResponse};
-use colonnade_proto::ShardClient;
+use colonnade_proto::v1::{DropModelRequest, ModelStatus, StatusResponse};
+use colonnade_setup::{Connector, ShardClient};
 use serde::Serialize;
 use std::fmt::Write as _;
 
@@ -58,7 +59,8 @@ pub struct ModelInfo {
     pub negative: u32,
     pub sampling_power: f32,
     pub init_seed: u64,
-    pub cbow: bool,
+    /// `skip-gram` or `cbow`.
+    pub objective: &'static str,
     pub memory_bytes: u64,
     pub dotprod_calls: u64,
     pub adjust_calls: u64,
@@ -82,18 +84,19 @@ pub struct ShardModels {
 
 impl From<&ModelStatus> for ModelInfo {
     fn from(m: &ModelStatus) -> Self {
-        let spec = m.spec.unwrap_or_default();
+        let shard = ShardSpec::from(&m.spec.unwrap_or_default());
+        let spec = &shard.model;
         Self {
             fingerprint: format!("{:016x}", m.model_fingerprint),
             vocab_size: spec.vocab_size,
             vocab_fingerprint: format!("{:016x}", spec.vocab_fingerprint),
             dim: spec.dim,
-            col_start: spec.col_start,
-            col_end: spec.col_end,
+            col_start: shard.col_start,
+            col_end: shard.col_end,
             negative: spec.negative,
             sampling_power: spec.sampling_power,
             init_seed: spec.init_seed,
-            cbow: spec.cbow,
+            objective: spec.objective.name(),
             memory_bytes: m.memory_bytes,
             dotprod_calls: m.dotprod_calls,
             adjust_calls: m.adjust_calls,
@@ -106,33 +109,30 @@ impl From<&ModelStatus> for ModelInfo {
     }
 }
 
-pub async fn run(args: ModelsArgs) -> anyhow::Result<()> {
+pub async fn run(args: ModelsArgs, connector: &Connector) -> anyhow::Result<()> {
     match args.command {
-        ModelsCommand::List(a) => list(&a).await,
-        ModelsCommand::Drop(a) => drop_model(&a).await,
+        ModelsCommand::List(a) => list(&a, connector).await,
+        ModelsCommand::Drop(a) => drop_model(&a, connector).await,
     }
 }
 
 /// Connects to every shard and asks its status; errors name the shard.
-async fn statuses(endpoints: &[String]) -> anyhow::Result<Vec<(ShardClient, StatusResponse)>> {
+async fn statuses(
+    connector: &Connector,
+    endpoints: &[String],
+) -> anyhow::Result<Vec<(ShardClient, StatusResponse)>> {
     if endpoints.is_empty() {
         bail!("give --shards host:port,...");
     }
     let mut out = Vec::with_capacity(endpoints.len());
     for endpoint in endpoints {
-        let mut client = colonnade_proto::connect(endpoint).await?;
-        let status = client
-            .status(StatusRequest {})
-            .await
-            .with_context(|| format!("shard {endpoint}: status failed"))?
-            .into_inner();
-        out.push((client, status));
+        out.push(colonnade_exporter::shard_status(connector, endpoint).await?);
     }
     Ok(out)
 }
 
-async fn list(args: &ListArgs) -> anyhow::Result<()> {
-    let shards: Vec<ShardModels> = statuses(&args.shards)
+async fn list(args: &ListArgs, connector: &Connector) -> anyhow::Result<()> {
+    let shards: Vec<ShardModels> = statuses(connector, &args.shards)
         .await?
         .into_iter()
         .zip(&args.shards)
@@ -206,11 +206,11 @@ pub fn table(shards: &[ShardModels]) -> String {
     s
 }
 
-async fn drop_model(args: &DropArgs) -> anyhow::Result<()> {
+async fn drop_model(args: &DropArgs, connector: &Connector) -> anyhow::Result<()> {
     let fingerprint = parse_fingerprint("--fingerprint", &args.fingerprint)?;
     // Every shard is asked first, so an unknown fingerprint or an unreachable
     // shard stops before anything is dropped.
-    let shards = statuses(&args.shards).await?;
+    let shards = statuses(connector, &args.shards).await?;
     let holds = |s: &StatusResponse| s.models.iter().any(|m| m.model_fingerprint == fingerprint);
     if !shards.iter().any(|(_, s)| holds(s)) {
         let mut held = String::new();

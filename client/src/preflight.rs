@@ -3,8 +3,8 @@
 //! that can be read only once, and a model larger than this machine's memory.
 
 use anyhow::bail;
-use colonnade_common::model::{column_range, ModelSpec};
-use colonnade_proto::{RowLayout, ShardSpec};
+use colonnade_common::model::{ModelSpec, ShardSpec};
+use colonnade_ps_shard::hogwild::{held_bytes, RowLayout};
 use std::path::{Path, PathBuf};
 
 /// Whether `path` can be read more than once: a regular file (or a symlink to
@@ -51,18 +51,10 @@ pub fn check_corpus(corpus: &[PathBuf], vocab_given: bool, iter: u32) -> anyhow:
 
 /// The memory a model holds on each of `shards` shards: both matrices with
 /// their row locks, the sampler's alias table and the counts
-/// ([`ShardSpec::held_bytes`]).
+/// (`colonnade_ps_shard::hogwild::held_bytes`).
 pub fn shard_bytes(spec: &ModelSpec, shards: u32) -> Vec<u64> {
     (0..shards)
-        .map(|i| {
-            let cols = column_range(spec.dim, shards, i);
-            let shard = ShardSpec {
-                model: spec.clone(),
-                col_start: cols.start,
-                col_end: cols.end,
-            };
-            shard.held_bytes()
-        })
+        .map(|i| held_bytes(&ShardSpec::of(spec, shards, i)))
         .collect()
 }
 
@@ -175,7 +167,7 @@ mod tests {
             negative: 5,
             sampling_power: 0.75,
             init_seed: 1,
-            cbow: false,
+            objective: colonnade_common::model::Objective::SkipGram,
         }
     }
 

@@ -24,6 +24,7 @@
 
 use colonnade_common::corpus::{InvalidUtf8, SentenceReader, INVALID_UTF8_WARNINGS};
 use colonnade_common::encoded::{Manifest, PartReader};
+use colonnade_common::model::Objective;
 use colonnade_common::seeds::{self, derive, Purpose};
 use colonnade_common::sgns::learning_rate;
 use colonnade_common::vocab::{Vocab, VocabCounts};
@@ -65,8 +66,8 @@ pub struct BatchFormer {
     radius: Vec<u32>,
     /// The minibatch being filled.
     current: Minibatch,
-    /// Form CBOW minibatches.
-    cbow: bool,
+    /// What the minibatches train.
+    objective: Objective,
 }
 
 impl BatchFormer {
@@ -92,13 +93,14 @@ impl BatchFormer {
             kept: Vec::new(),
             radius: Vec::new(),
             current: Minibatch::default(),
-            cbow: false,
+            objective: Objective::SkipGram,
         }
     }
 
-    /// Forms CBOW minibatches (the same windows; see [`Minibatch::cbow`]).
-    pub fn cbow(mut self, cbow: bool) -> Self {
-        self.cbow = cbow;
+    /// Forms minibatches of `objective` (CBOW reads the same windows; see
+    /// [`Minibatch::objective`]).
+    pub fn objective(mut self, objective: Objective) -> Self {
+        self.objective = objective;
         self
     }
 
@@ -143,7 +145,7 @@ impl BatchFormer {
                     (self.epoch, self.seq) = (epoch, 0);
                 }
                 let current = &mut self.current;
-                current.cbow = self.cbow;
+                current.objective = self.objective;
                 current.id = MinibatchId {
                     worker: self.worker,
                     epoch,

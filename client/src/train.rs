@@ -9,10 +9,11 @@
 use crate::stream::{form_minibatches, BatchFormer, Job, Schedule, Skip, Source, StreamParams};
 use anyhow::{bail, Context};
 use colonnade_common::corpus::InvalidUtf8;
-use colonnade_common::kernels::dot;
+use colonnade_common::model::Objective;
+use colonnade_common::sgns::{applied_weight, diverged_at, DIVERGED_DOT};
 use colonnade_common::sgns::{keep_threshold, neg_log_sigmoid};
 use colonnade_common::vocab::VocabCounts;
-use colonnade_proto::{scaled_weight, Minibatch, MinibatchId, ModelShards, DIVERGED_DOT};
+use colonnade_proto::{Minibatch, MinibatchId, ModelShards};
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
@@ -40,8 +41,9 @@ pub struct TrainParams {
     /// What to do with a sentence holding invalid UTF-8 (as when counting).
     #[serde(serialize_with = "serialize_display")]
     pub invalid_utf8: InvalidUtf8,
-    /// CBOW instead of skip-gram (the model's spec must say the same).
-    pub cbow: bool,
+    /// What it trains (the model's spec must say the same).
+    #[serde(serialize_with = "serialize_display")]
+    pub objective: Objective,
 }
 
 fn serialize_display<T: std::fmt::Display, S: serde::Serializer>(
@@ -369,7 +371,7 @@ pub async fn train<S: ModelShards, C: Checkpointer>(
             params.worker_index,
             schedule,
         )
-        .cbow(params.cbow);
+        .objective(params.objective);
         let stream = StreamParams {
             source,
             iter: params.iter,
@@ -542,27 +544,31 @@ impl Sgns {
         let expected: usize = mbs.iter().map(|mb| mb.examples() * self.per_pair).sum();
         let mut losses = std::mem::take(&mut self.losses);
         losses.clear();
+        // Either path applies the same updates: every dot product's weight
+        // under the divergence rule (`applied_weight`: none for a diverged
+        // one); then a minibatch with a diverged dot product stops training.
         if shards.fused_step(mbs, &mut self.dots).await? {
             // The shards weighed and applied the dot products themselves.
             self.check_count(expected, mbs.len())?;
-            let mut offset = 0;
-            for mb in mbs {
-                let n = mb.examples() * self.per_pair;
-                self.check_diverged(mb, offset..offset + n)?;
-                losses.push(self.sampled_loss(mb, offset..offset + n));
-                offset += n;
-            }
         } else {
             shards.dotprod(mbs, &mut self.dots).await?;
             self.check_count(expected, mbs.len())?;
             self.scaled.clear();
-            let mut offset = 0;
-            for mb in mbs {
-                let n = mb.examples() * self.per_pair;
-                losses.push(self.weights(mb, offset..offset + n)?);
-                offset += n;
-            }
+            let per_pair = self.per_pair;
+            self.scaled.extend(
+                self.dots
+                    .iter()
+                    .enumerate()
+                    .map(|(t, &f)| applied_weight(f, t % per_pair == 0)),
+            );
             shards.adjust(mbs, &self.scaled).await?;
+        }
+        let mut offset = 0;
+        for mb in mbs {
+            let n = mb.examples() * self.per_pair;
+            self.check_diverged(mb, offset..offset + n)?;
+            losses.push(self.sampled_loss(mb, offset..offset + n));
+            offset += n;
         }
         let (sent, received) = shards.wire_bytes();
         progress.record_bytes(sent - sent0, received - received0);
@@ -584,49 +590,22 @@ impl Sgns {
         Ok(())
     }
 
-    /// Appends the weights ÷ α of minibatch `mb`, whose summed dot products
-    /// are `self.dots[range]`, to `self.scaled`, laid out as the dot
-    /// products: 1 − σ(F⁺) and −σ(F⁻), each rounded to the half float it
-    /// travels as ([`scaled_weight`]: every path, in process too, applies
-    /// α × that value). Every [`LOSS_EVERY`]th minibatch of a pipeline also
-    /// returns its loss and pair count (see [`Self::sampled_loss`]). Fails
-    /// as [`Self::check_diverged`] does, before any weight is sent.
-    fn weights(
-        &mut self,
-        mb: &Minibatch,
-        range: std::ops::Range<usize>,
-    ) -> anyhow::Result<Option<(f64, usize)>> {
-        self.check_diverged(mb, range.clone())?;
-        for (t, &f) in self.dots[range.clone()].iter().enumerate() {
-            self.scaled.push(scaled_weight(f, t % self.per_pair == 0));
-        }
-        Ok(self.sampled_loss(mb, range))
-    }
-
-    /// Fails, naming `mb`, when a dot product of `self.dots[range]` is not
-    /// finite or beyond [`DIVERGED_DOT`]: the model has diverged, and
-    /// training on would only spread garbage (or NaN) through it.
+    /// Fails, naming `mb`, when a dot product of `self.dots[range]` has
+    /// diverged (`colonnade_common::sgns::is_diverged`: NaN, ±∞ or beyond
+    /// [`DIVERGED_DOT`]): the model has blown up, and training on would only
+    /// spread garbage (or NaN) through it. The minibatch's other dot products
+    /// were applied, its diverged ones were not, whichever path stepped it.
     fn check_diverged(&self, mb: &Minibatch, range: std::ops::Range<usize>) -> anyhow::Result<()> {
-        let (alpha, dots) = (mb.alpha, &self.dots[range]);
-        // Σ F² (SIMD): NaN or ∞ if any dot product is, and above
-        // DIVERGED_DOT² if one is larger than DIVERGED_DOT.
-        let energy = dot(dots, dots);
-        if !(energy.is_finite() && energy <= DIVERGED_DOT * DIVERGED_DOT) {
-            let largest = dots
-                .iter()
-                .find(|f| !f.is_finite())
-                .or_else(|| dots.iter().max_by(|a, b| a.abs().total_cmp(&b.abs())))
-                .copied()
-                .unwrap_or(f32::NAN);
-            bail!(
-                "training diverged in {}: its dot products u·v reached {largest:e} \
-                 (Σ(u·v)² = {energy:e}; a healthy model keeps |u·v| far below {DIVERGED_DOT:e}; \
-                 learning rate α was {alpha}). Try a lower --alpha, a smaller --minibatch or \
-                 more --sample",
-                mb.origin()
-            );
-        }
-        Ok(())
+        let Some(found) = diverged_at(&self.dots[range]) else {
+            return Ok(());
+        };
+        bail!(
+            "training diverged in {}: its dot products u·v reached {found:e} (a healthy model \
+             keeps |u·v| far below {DIVERGED_DOT:e}; learning rate α was {}). Try a lower \
+             --alpha, a smaller --minibatch or more --sample",
+            mb.origin(),
+            mb.alpha
+        )
     }
 
     /// Every [`LOSS_EVERY`]th minibatch of a pipeline: its loss, from its

@@ -2,14 +2,17 @@
 //! shards hold; hostile and mistaken requests get the documented gRPC codes,
 //! name what is wrong and leave the shard's state untouched.
 
+use crate::common::spec_of;
 use crate::common::{assemble, grpc_cluster as cluster, params, run, sample_corpus, vocab_of, DIM};
-use colonnade_client::shards::{create_model, model_spec, GrpcShard, GrpcShards};
+use colonnade_client::cluster::Cluster;
+use colonnade_client::grpc::GrpcShards;
 use colonnade_common::vocab::Vocab;
 use colonnade_exporter::cli::OutputArgs;
-use colonnade_exporter::{discover, export, model_provenance};
+use colonnade_exporter::{discover, export, model_provenance, Source};
 use colonnade_proto::v1::{self, AdjustRequest, DotprodRequest, Minibatch};
 use colonnade_proto::{encode_f16, encode_u32};
 use colonnade_ps_shard::{Matrix, SpawnedShard};
+use colonnade_setup::Connector;
 use std::sync::Arc;
 use std::time::Duration;
 use tonic::Code;
@@ -25,7 +28,9 @@ async fn hdf5_export_equals_shard_state() {
     let (fp, _) = run(clients, &vocab, &corpus, &p).await;
 
     let endpoints: Vec<String> = spawned.iter().rev().map(SpawnedShard::endpoint).collect();
-    let (mut handles, spec, found) = discover(&endpoints, None).await.expect("discover");
+    let (mut handles, spec, found) = discover(&Connector::default(), &endpoints, None)
+        .await
+        .expect("discover");
     assert_eq!(found, fp);
     let h5 = dir.path().join("model.h5");
     let out = OutputArgs {
@@ -34,9 +39,16 @@ async fn hdf5_export_equals_shard_state() {
         ..Default::default()
     };
     let provenance = model_provenance(&spec, fp, handles.len());
-    export(&mut handles, fp, &vocab, spec.dim, &out, &provenance)
-        .await
-        .expect("export");
+    export(
+        Source::Shards(&mut handles),
+        fp,
+        &vocab,
+        spec.dim,
+        &out,
+        &provenance,
+    )
+    .await
+    .expect("export");
 
     let cores: Vec<_> = spawned.iter().map(|s| Arc::clone(&s.core)).collect();
     let v = vocab.len() as u64;
@@ -103,10 +115,11 @@ async fn hostile_requests_are_rejected_without_state_change() {
     let dir = tempfile::tempdir().expect("tempdir");
     let corpus = sample_corpus(dir.path(), 3_000);
     let vocab = vocab_of(&corpus, 2);
-    let (spawned, clients) = cluster(1).await;
+    let (spawned, mut grpc) = cluster(1).await;
     let counts = vocab.counts_only();
-    let spec = model_spec(&counts, DIM, 4, 0.75, 1);
-    let fp = create_model(&clients, &spec, &counts)
+    let spec = spec_of(&counts, &params(1));
+    let fp = grpc
+        .create(spec, Arc::clone(&counts), Duration::from_secs(5))
         .await
         .expect("create");
     let core = Arc::clone(&spawned[0].core);
@@ -115,7 +128,7 @@ async fn hostile_requests_are_rejected_without_state_change() {
         assemble(&[Arc::clone(&core)], fp, Matrix::Input, v),
         assemble(&[Arc::clone(&core)], fp, Matrix::Output, v),
     );
-    let mut client = clients[0].client.clone();
+    let mut client = grpc.shards()[0].client.clone();
     let big = v as u32;
 
     // Two pairs × (1 + 4 negatives): 10 weights.
@@ -286,10 +299,11 @@ async fn shard_with_another_vocabulary_is_refused() {
     let dir = tempfile::tempdir().expect("tempdir");
     let corpus = sample_corpus(dir.path(), 3_000);
     let vocab = vocab_of(&corpus, 2);
-    let (spawned, clients) = cluster(2).await;
+    let (spawned, mut grpc) = cluster(2).await;
     let counts = vocab.counts_only();
-    let spec = model_spec(&counts, DIM, 4, 0.75, 1);
-    let fp = create_model(&clients, &spec, &counts)
+    let spec = spec_of(&counts, &params(1));
+    let fp = grpc
+        .create(spec.clone(), Arc::clone(&counts), Duration::from_secs(5))
         .await
         .expect("create");
 
@@ -302,12 +316,12 @@ async fn shard_with_another_vocabulary_is_refused() {
         .collect();
     pairs[0].1 += 1;
     let other = Vocab::from_pairs(pairs, None).expect("vocab");
-    let other_fp = model_spec(&other.counts_only(), DIM, 4, 0.75, 1).fingerprint();
+    let other_fp = spec_of(&other.counts_only(), &params(1)).fingerprint();
     assert_ne!(other_fp, fp);
     let mut p = params(1);
     p.iter = 1;
     let err = colonnade_client::train::train(
-        GrpcShards::new(clients.clone(), other_fp, 4),
+        GrpcShards::new(grpc.shards().to_vec(), other_fp, 4),
         other.counts_only(),
         colonnade_client::stream::Source::Text(vec![corpus.clone()], Arc::new(other)),
         p,
@@ -325,9 +339,13 @@ async fn shard_with_another_vocabulary_is_refused() {
     );
 
     // The same model with another column split is refused on the shard that holds it.
-    let mut swapped = clients.clone();
-    swapped.reverse();
-    let err = create_model(&swapped, &spec, &counts)
+    let mut endpoints: Vec<String> = spawned.iter().map(SpawnedShard::endpoint).collect();
+    endpoints.reverse();
+    let mut swapped = Cluster::connect(&Connector::default(), &endpoints, Duration::from_secs(5))
+        .await
+        .expect("connect");
+    let err = swapped
+        .create(spec, Arc::clone(&counts), Duration::from_secs(5))
         .await
         .expect_err("columns conflict");
     assert!(format!("{err:#}").contains("columns"), "{err:#}");
@@ -348,7 +366,7 @@ async fn shard_with_another_vocabulary_is_refused() {
             ..Default::default()
         },
     };
-    let err = colonnade_exporter::cli::run(args)
+    let err = colonnade_exporter::cli::run(args, &Connector::default())
         .await
         .expect_err("vocab mismatch");
     assert!(format!("{err:#}").contains("other.tsv"), "{err:#}");
@@ -362,10 +380,14 @@ async fn unreachable_shard_is_named() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let addr = listener.local_addr().expect("addr").to_string();
     drop(listener);
-    let err = GrpcShard::connect(&addr, Duration::from_millis(300))
-        .await
-        .err()
-        .expect("nothing listens");
+    let err = Cluster::connect(
+        &Connector::default(),
+        std::slice::from_ref(&addr),
+        Duration::from_millis(300),
+    )
+    .await
+    .err()
+    .expect("nothing listens");
     assert!(format!("{err:#}").contains(&addr), "{err:#}");
 }
 
@@ -378,7 +400,8 @@ async fn create_model_over_the_limit_is_refused_before_the_counts() {
     let shard = SpawnedShard::start(([127, 0, 0, 1], 0).into(), 1, Some(1_000_000))
         .await
         .expect("start shard");
-    let mut client = colonnade_proto::connect(&shard.endpoint())
+    let mut client = Connector::default()
+        .connect(&shard.endpoint())
         .await
         .expect("connect");
     let first = v1::CreateModelChunk {

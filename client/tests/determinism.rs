@@ -6,7 +6,7 @@
 
 use crate::common::{
     assemble, grpc_cluster, params, run, run_in_process, run_in_process_joined, sample_corpus,
-    vocab_of, DIM,
+    vocab_of,
 };
 use colonnade_client::train::{train, Progress, TrainParams};
 use colonnade_common::vocab::Vocab;
@@ -162,14 +162,8 @@ async fn stepped(
     p.worker_index = worker;
     p.num_workers = workers;
     let core = [Arc::new(ShardCore::new(None))];
-    let mut spec =
-        colonnade_client::shards::model_spec(&vocab.counts_only(), DIM, p.negative, 0.75, p.seed);
-    spec.cbow = p.cbow;
-    let shard = colonnade_ps_shard::ShardSpec {
-        model: spec.clone(),
-        col_start: 0,
-        col_end: DIM,
-    };
+    let spec = crate::common::spec_of(&vocab.counts_only(), &p);
+    let shard = colonnade_ps_shard::ShardSpec::of(&spec, 1, 0);
     core[0].create_model(shard, vocab.counts()).expect("create");
     let log = Arc::default();
     let shards = Recording {

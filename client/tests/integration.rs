@@ -6,4 +6,5 @@ mod cluster;
 mod common;
 mod determinism;
 mod env_vars;
+mod recovery;
 mod reference;

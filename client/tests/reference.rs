@@ -15,7 +15,7 @@
 //! Weights travel as half floats of G ÷ α (API 4); the reference rounds its
 //! own f64 weights the same way.
 //!
-//! CBOW (`p.cbow`) is the same loop read the other way round, as word2vec's
+//! CBOW (`p.objective`) is the same loop read the other way round, as word2vec's
 //! `-cbow 1` with gensim's `cbow_mean`: per input position, the mean h of its
 //! context words' u rows is the input vector, its own word the positive, and
 //! every context word gets the position's whole Δh.
@@ -32,6 +32,7 @@ use crate::common::{
 };
 use colonnade_common::corpus::SentenceReader;
 use colonnade_common::init::init_input_row;
+use colonnade_common::model::Objective;
 use colonnade_common::sampler::AliasSampler;
 use colonnade_common::seeds::{derive, Purpose};
 use colonnade_common::vocab::Vocab;
@@ -188,7 +189,7 @@ fn reference_train(
                 }
                 if pending.items.is_empty() {
                     pending.seed = derive(sentence_seed, Purpose::Minibatch, j as u64, 0);
-                    pending.cbow = p.cbow;
+                    pending.cbow = p.objective.is_cbow();
                 }
                 pending.items.push((kept[j], outputs));
                 if pending.items.len() == p.minibatch {
@@ -443,10 +444,10 @@ async fn cbow_matches_reference_for_one_two_and_three_shards() {
     let corpus = sample_corpus(dir.path(), 20_000);
     let vocab = Arc::new(vocab_of(&corpus, 3));
     let mut p = params(13);
-    p.cbow = true;
+    p.objective = Objective::Cbow;
     let reference = reference_train(&vocab, &corpus, &p, true);
     let mut sg = p.clone();
-    sg.cbow = false;
+    sg.objective = Objective::SkipGram;
     let skip_gram = reference_train(&vocab, &corpus, &sg, true);
     let v = vocab.len() as u64;
 

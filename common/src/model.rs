@@ -1,11 +1,79 @@
-//! The model's identity: its spec, its fingerprint and how its columns are split
-//! among shards.
+//! The model's identity, defined once for every crate: what it trains
+//! ([`Objective`]), its spec and fingerprint ([`ModelSpec`]), one shard's
+//! part of it ([`ShardSpec`]), its two matrices ([`Matrix`]) and how its
+//! columns are split among shards. The wire, the checkpoint files and the
+//! provenance of exported files convert to and from these types at their
+//! edges.
 
+use serde::{Deserialize, Serialize};
 use std::ops::Range;
 use xxhash_rust::xxh3::Xxh3;
 
+/// What a model trains.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Objective {
+    /// Skip-gram: each (input word, context word) pair is one example.
+    #[default]
+    SkipGram,
+    /// CBOW (word2vec's `-cbow 1`, gensim's `sg=0, cbow_mean=1`): the mean
+    /// of a position's context words' input vectors predicts its word.
+    Cbow,
+}
+
+impl Objective {
+    /// CBOW when `cbow`, else skip-gram (the wire's and the files' flag).
+    pub fn from_cbow(cbow: bool) -> Self {
+        if cbow {
+            Self::Cbow
+        } else {
+            Self::SkipGram
+        }
+    }
+
+    pub fn is_cbow(self) -> bool {
+        self == Self::Cbow
+    }
+
+    /// Its name in messages and file attributes: `skip-gram` or `cbow`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::SkipGram => "skip-gram",
+            Self::Cbow => "cbow",
+        }
+    }
+}
+
+impl std::fmt::Display for Objective {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Serialized as the boolean `cbow` (absent: skip-gram), as the checkpoint
+/// files have always stored it.
+mod objective_as_cbow {
+    use super::Objective;
+
+    pub fn serialize<S: serde::Serializer>(o: &Objective, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_bool(o.is_cbow())
+    }
+
+    pub fn deserialize<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Objective, D::Error> {
+        <bool as serde::Deserialize>::deserialize(d).map(Objective::from_cbow)
+    }
+}
+
+/// Which of a model's two matrices.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Matrix {
+    /// The input vectors u(w): the embeddings users get.
+    Input,
+    /// The output vectors v(w).
+    Output,
+}
+
 /// Everything that defines a model's parameters, independent of how it is sharded.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ModelSpec {
     /// [`crate::vocab::Vocab::fingerprint`] of the vocabulary.
     pub vocab_fingerprint: u64,
@@ -18,9 +86,9 @@ pub struct ModelSpec {
     pub sampling_power: f32,
     /// Seed of the initial input vectors.
     pub init_seed: u64,
-    /// CBOW (the mean of a position's context input vectors predicts its
-    /// word) instead of skip-gram.
-    pub cbow: bool,
+    /// What it trains (in the fingerprint when CBOW).
+    #[serde(rename = "cbow", with = "objective_as_cbow", default)]
+    pub objective: Objective,
 }
 
 impl ModelSpec {
@@ -38,10 +106,41 @@ impl ModelSpec {
         h.update(&self.negative.to_le_bytes());
         h.update(&self.sampling_power.to_bits().to_le_bytes());
         h.update(&self.init_seed.to_le_bytes());
-        if self.cbow {
+        if self.objective.is_cbow() {
             h.update(b"cbow");
         }
         h.digest()
+    }
+}
+
+/// A model spec plus one shard's column range [col_start, col_end).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ShardSpec {
+    #[serde(flatten)]
+    pub model: ModelSpec,
+    pub col_start: u32,
+    pub col_end: u32,
+}
+
+impl ShardSpec {
+    /// Shard `index` of `shards` of `model`: its [`column_range`].
+    pub fn of(model: &ModelSpec, shards: u32, index: u32) -> Self {
+        let cols = column_range(model.dim, shards, index);
+        Self {
+            model: model.clone(),
+            col_start: cols.start,
+            col_end: cols.end,
+        }
+    }
+
+    /// Its number of columns.
+    pub fn cols(&self) -> usize {
+        self.col_end.saturating_sub(self.col_start) as usize
+    }
+
+    /// Its columns.
+    pub fn columns(&self) -> Range<u32> {
+        self.col_start..self.col_end
     }
 }
 
@@ -102,7 +201,7 @@ mod tests {
             negative: 5,
             sampling_power: 0.75,
             init_seed: 1,
-            cbow: false,
+            objective: Objective::SkipGram,
         };
         let variants = [
             ModelSpec {
@@ -130,7 +229,7 @@ mod tests {
                 ..base.clone()
             },
             ModelSpec {
-                cbow: true,
+                objective: Objective::Cbow,
                 ..base.clone()
             },
         ];
@@ -157,5 +256,39 @@ mod tests {
             }
             assert_eq!(full, want, "{shards} shards");
         }
+    }
+
+    #[test]
+    fn a_shard_spec_serializes_flat_with_the_objective_as_cbow() {
+        let spec = ShardSpec {
+            model: ModelSpec {
+                vocab_fingerprint: 1,
+                vocab_size: 10,
+                dim: 8,
+                negative: 5,
+                sampling_power: 0.75,
+                init_seed: 3,
+                objective: Objective::Cbow,
+            },
+            col_start: 2,
+            col_end: 6,
+        };
+        let json = serde_json::to_value(&spec).expect("serializes");
+        assert_eq!(json["cbow"], true);
+        assert_eq!(json["col_start"], 2);
+        assert_eq!(json["dim"], 8);
+        assert_eq!(
+            serde_json::from_value::<ShardSpec>(json).expect("parses"),
+            spec
+        );
+        // Files written before CBOW have no `cbow` field: skip-gram.
+        let old = serde_json::json!({"vocab_fingerprint": 1, "vocab_size": 10, "dim": 8,
+            "negative": 5, "sampling_power": 0.75, "init_seed": 3, "col_start": 0, "col_end": 8});
+        let parsed: ShardSpec = serde_json::from_value(old).expect("parses");
+        assert_eq!(parsed.model.objective, Objective::SkipGram);
+        assert_eq!(
+            ShardSpec::of(&spec.model, 3, 1).columns(),
+            column_range(8, 3, 1)
+        );
     }
 }

@@ -1,6 +1,8 @@
 //! Skip-gram with negative sampling: the client-side math between `dotprod`
 //! and `adjust` (paper eq. (4), (5) and Fig. 7 line 25), the learning-rate
-//! schedule and frequent-word subsampling, as in word2vec.
+//! schedule and frequent-word subsampling, as in word2vec; the weights as
+//! they travel (half floats, [`scaled_weight`]) and the rule for a model that
+//! has blown up ([`is_diverged`]).
 //!
 //! For a pair (w_I, w_O) with negatives w̃, the objective is
 //! log σ(u(w_I)·v(w_O)) + Σ log σ(−u(w_I)·v(w̃)). Its gradient with respect to
@@ -68,6 +70,94 @@ pub fn keep_threshold(count: u64, total: u64, sample: f64) -> u32 {
     }
 }
 
+/// A weight divided by its minibatch's α, as it travels (see
+/// `AdjustRequest.scaled_weights`): the nearest IEEE half float, widened.
+/// Clients compute their weights as α × this value for every path (in
+/// process too), so that a model trains bit for bit the same whether its
+/// shards are in this process or behind the wire.
+///
+/// Rounded in place with integer arithmetic rather than through a half-float
+/// library's conversions, which are out-of-line calls per weight. Equal to
+/// `half::f16::from_f32(x).to_f32()` for every f32 (NaN to a NaN), which a
+/// test checks for all 2^32 of them.
+#[inline]
+pub fn wire_scaled_weight(x: f32) -> f32 {
+    /// The smallest normal half float, 2^−14.
+    const MIN_NORMAL: f32 = 6.103_515_6e-5;
+    /// The largest finite half float.
+    const MAX: f32 = 65504.0;
+    if x.is_nan() {
+        return x;
+    }
+    if x.abs() < MIN_NORMAL {
+        // Half subnormals are the multiples of 2^−24, and so are the f32s of
+        // magnitude in [0.5, 1): adding ±0.5 rounds x to one of them (to
+        // nearest, ties to even), and taking it away again is exact.
+        let s = 0.5f32.copysign(x);
+        return ((x + s) - s).copysign(x);
+    }
+    // Normal: keep 10 of the 23 fraction bits, to nearest, ties to even (a
+    // carry into the exponent is the right result too).
+    let bits = x.to_bits();
+    let rounded = f32::from_bits((bits + 0x0fff + ((bits >> 13) & 1)) & !0x1fff);
+    if rounded.abs() > MAX {
+        f32::INFINITY.copysign(x)
+    } else {
+        rounded
+    }
+}
+
+/// The weight ÷ α of a dot product F, as it travels: 1 − σ(F) for a
+/// positive pair, −σ(F) for a negative, each [`wire_scaled_weight`]-rounded.
+/// The one definition every path applies: the client weighing summed dot
+/// products, and shards in process weighing their own in one visit per row
+/// (the fused step).
+#[inline]
+pub fn scaled_weight(f: f32, positive: bool) -> f32 {
+    wire_scaled_weight(if positive {
+        positive_weight(1.0, f)
+    } else {
+        negative_weight(1.0, f)
+    })
+}
+
+/// Largest |u·v| a healthy model shows: σ saturates beyond ±20, so SGNS
+/// stops pushing dot products long before this; a larger one (or a NaN)
+/// means the vectors have blown up, and training on would only spread
+/// garbage (or NaN) through them.
+pub const DIVERGED_DOT: f32 = 1e4;
+
+/// Whether dot product `f` is one a healthy model never shows (NaN, ±∞, or
+/// |f| > [`DIVERGED_DOT`]). Every path applies one rule to it: such a dot
+/// product carries no update (its weight is 0), the minibatch's other dot
+/// products are applied, and training stops with an error naming the
+/// minibatch ([`diverged_at`]).
+#[inline]
+pub fn is_diverged(f: f32) -> bool {
+    f.is_nan() || f.abs() > DIVERGED_DOT
+}
+
+/// The weight ÷ α of dot product `f` under the divergence rule:
+/// [`scaled_weight`], or 0 for a diverged one ([`is_diverged`]).
+#[inline]
+pub fn applied_weight(f: f32, positive: bool) -> f32 {
+    if is_diverged(f) {
+        0.0
+    } else {
+        scaled_weight(f, positive)
+    }
+}
+
+/// The first diverged dot product of a minibatch's `dots` ([`is_diverged`]),
+/// if any.
+pub fn diverged_at(dots: &[f32]) -> Option<f32> {
+    // A branch-free pass first (it vectorizes): healthy minibatches end here.
+    if !dots.iter().fold(false, |any, &f| any | is_diverged(f)) {
+        return None;
+    }
+    dots.iter().copied().find(|&f| is_diverged(f))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -98,5 +188,39 @@ mod tests {
         assert!((keep_probability(c, t, s) - ran).abs() < 1e-12);
         assert_eq!(keep_probability(5, t, s), 1.0);
         assert_eq!(keep_threshold(5, t, 0.0), u32::MAX);
+    }
+
+    /// `wire_scaled_weight` rounds as `half` does, for every f32: both
+    /// halves of the bit patterns on two threads (~10 s in release).
+    #[test]
+    fn wire_rounding_equals_half_for_every_f32() {
+        let check = |range: std::ops::RangeInclusive<u32>| {
+            for bits in range {
+                let x = f32::from_bits(bits);
+                let (ours, theirs) = (wire_scaled_weight(x), half::f16::from_f32(x).to_f32());
+                let same = ours.to_bits() == theirs.to_bits() || (ours.is_nan() && theirs.is_nan());
+                assert!(
+                    same,
+                    "{x:e} ({bits:#010x}): {ours:e} against half's {theirs:e}"
+                );
+            }
+        };
+        std::thread::scope(|s| {
+            s.spawn(|| check(0..=0x7fff_ffff));
+            check(0x8000_0000..=u32::MAX);
+        });
+    }
+
+    #[test]
+    fn a_diverged_dot_product_carries_no_weight() {
+        for f in [f32::NAN, f32::INFINITY, -f32::INFINITY, 1.5e4, -1e5] {
+            assert!(is_diverged(f), "{f}");
+            assert_eq!(applied_weight(f, true), 0.0);
+            assert_eq!(applied_weight(f, false), 0.0);
+        }
+        assert!(!is_diverged(DIVERGED_DOT) && !is_diverged(-3.0));
+        assert_eq!(applied_weight(-3.0, true), scaled_weight(-3.0, true));
+        assert_eq!(diverged_at(&[0.5, 2.0e4, f32::NAN]), Some(2.0e4));
+        assert_eq!(diverged_at(&[0.5, -2.0]), None);
     }
 }

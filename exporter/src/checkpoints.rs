@@ -2,7 +2,8 @@
 //! with no shard running: `colonnade export --checkpoint DIR...`.
 
 use anyhow::{bail, Context};
-use colonnade_checkpoint::{CheckpointReader, ModelDir, Which};
+use colonnade_checkpoint::{CheckpointReader, ModelDir};
+use colonnade_common::model::Matrix;
 use colonnade_common::model::ModelSpec;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -80,15 +81,7 @@ fn load_version(dirs: &[ModelDir], version: u64) -> anyhow::Result<(Vec<LoadedSl
         let path = d.checkpoint_path(version);
         let reader = CheckpointReader::open(&path)?;
         let h = reader.header().clone();
-        let spec = ModelSpec {
-            vocab_fingerprint: h.spec.vocab_fingerprint,
-            vocab_size: h.spec.vocab_size,
-            dim: h.spec.dim,
-            negative: h.spec.negative,
-            sampling_power: h.spec.sampling_power,
-            init_seed: h.spec.init_seed,
-            cbow: h.spec.cbow,
-        };
+        let spec = h.spec.model.clone();
         if h.model_fingerprint != d.fingerprint() {
             bail!(
                 "{}: holds model {:016x}, its directory says {:016x}",
@@ -109,11 +102,11 @@ fn load_version(dirs: &[ModelDir], version: u64) -> anyhow::Result<(Vec<LoadedSl
                 }
             }
         }
-        let cols = h.spec.col_start..h.spec.col_end;
+        let cols = h.spec.columns();
         let (mut u, mut v) = (Vec::new(), Vec::new());
         reader.read_matrices(|which, _, values| match which {
-            Which::U => u.extend_from_slice(values),
-            Which::V => v.extend_from_slice(values),
+            Matrix::Input => u.extend_from_slice(values),
+            Matrix::Output => v.extend_from_slice(values),
         })?;
         slices.push(LoadedSlice { cols, u, v });
     }

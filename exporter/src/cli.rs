@@ -2,7 +2,7 @@
 //! shards, or from their checkpoint directories with no shard running.
 
 use crate::outputs::{check_outputs, FlagPath};
-use crate::{discover, export, export_from, model_provenance, Source};
+use crate::{discover, export, model_provenance, Source};
 use anyhow::bail;
 use colonnade_common::vocab::Vocab;
 use std::path::PathBuf;
@@ -79,7 +79,7 @@ pub struct ExportArgs {
     pub out: OutputArgs,
 }
 
-pub async fn run(args: ExportArgs) -> anyhow::Result<()> {
+pub async fn run(args: ExportArgs, connector: &colonnade_setup::Connector) -> anyhow::Result<()> {
     if !args.out.any() {
         bail!("nothing to write: give --output, --output-text, --output-binary or --output-tsv-vectors/--output-tsv-metadata");
     }
@@ -103,7 +103,7 @@ pub async fn run(args: ExportArgs) -> anyhow::Result<()> {
             model.version
         );
         let provenance = model_provenance(&model.spec, model.fingerprint, model.slices.len());
-        let summary = export_from(
+        let summary = export(
             Source::Slices(&model.slices),
             model.fingerprint,
             &vocab,
@@ -117,10 +117,18 @@ pub async fn run(args: ExportArgs) -> anyhow::Result<()> {
         }
         return Ok(());
     }
-    let (mut shards, spec, fp) = discover(&args.shards, fingerprint).await?;
+    let (mut shards, spec, fp) = discover(connector, &args.shards, fingerprint).await?;
     check_vocab(&args, &vocab, &spec)?;
     let provenance = model_provenance(&spec, fp, shards.len());
-    let summary = export(&mut shards, fp, &vocab, spec.dim, &args.out, &provenance).await?;
+    let summary = export(
+        Source::Shards(&mut shards),
+        fp,
+        &vocab,
+        spec.dim,
+        &args.out,
+        &provenance,
+    )
+    .await?;
     for f in &summary.files {
         tracing::info!(file = %f.display(), rows = summary.rows, dim = summary.dim, "written");
     }

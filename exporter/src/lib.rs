@@ -18,6 +18,6 @@ pub mod outputs;
 pub mod pull;
 
 pub use pull::{
-    describe_model, discover, export, export_from, model_provenance, parse_fingerprint,
+    describe_model, discover, export, model_provenance, parse_fingerprint, shard_status,
     ExportSummary, ShardHandle, Source,
 };

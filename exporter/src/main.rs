@@ -8,26 +8,25 @@ struct Cli {
     #[command(flatten)]
     args: colonnade_exporter::cli::ExportArgs,
     #[command(flatten)]
-    log: colonnade_common::config::LogArgs,
+    log: colonnade_setup::log::LogArgs,
     #[command(flatten)]
-    auth: colonnade_common::config::AuthArgs,
+    auth: colonnade_setup::AuthArgs,
     #[command(flatten)]
-    tls: colonnade_common::config::ClientTlsArgs,
+    tls: colonnade_setup::ClientTlsArgs,
 }
 
 fn main() -> std::process::ExitCode {
-    colonnade_common::config::unset_empty_env();
+    colonnade_setup::env::unset_empty_env();
     let cli = Cli::parse();
-    colonnade_common::config::init_logging(cli.log.log_format);
-    let result = colonnade_proto::use_auth(&cli.auth)
-        .and_then(|()| colonnade_proto::use_tls(&cli.tls))
+    colonnade_setup::log::init(cli.log.log_format);
+    let result = colonnade_setup::Connector::from_args(&cli.auth, &cli.tls)
         .map_err(anyhow::Error::msg)
-        .and_then(|()| {
+        .and_then(|connector| {
             tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()
                 .context("cannot start the async runtime")
-        })
-        .and_then(|rt| rt.block_on(colonnade_exporter::cli::run(cli.args)));
-    colonnade_common::config::exit_code(result)
+                .and_then(|rt| rt.block_on(colonnade_exporter::cli::run(cli.args, &connector)))
+        });
+    colonnade_setup::env::exit_code(result)
 }

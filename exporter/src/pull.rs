@@ -4,16 +4,15 @@
 use crate::checkpoints::LoadedSlice;
 use crate::cli::OutputArgs;
 use anyhow::{bail, Context};
-use colonnade_common::model::{place_columns, ModelSpec};
+use colonnade_common::model::{place_columns, Matrix, ModelSpec, ShardSpec};
 use colonnade_common::vocab::Vocab;
 use colonnade_formats::h5::Hdf5Writer;
 use colonnade_formats::tsv::ProjectorWriter;
 use colonnade_formats::word2vec::{Encoding, Word2vecWriter};
 use colonnade_formats::Provenance;
-use colonnade_proto::v1::{Matrix, ModelStatus, PullRowsRequest, StatusRequest};
-use colonnade_proto::ShardClient;
-use colonnade_proto::ShardSpec;
-use colonnade_proto::{connect, decode_f32_into};
+use colonnade_proto::decode_f32_into;
+use colonnade_proto::v1::{self, ModelStatus, PullRowsRequest, StatusRequest, StatusResponse};
+use colonnade_setup::{Connector, ShardClient};
 use std::path::PathBuf;
 
 /// Rows assembled per step.
@@ -45,7 +44,7 @@ pub fn model_provenance(spec: &ModelSpec, model_fingerprint: u64, shards: usize)
         negative: spec.negative.into(),
         init_seed: spec.init_seed,
         shards: shards as u64,
-        objective: if spec.cbow { "cbow" } else { "skip-gram" }.into(),
+        objective: spec.objective.name().into(),
         training: None,
     }
 }
@@ -87,21 +86,31 @@ fn list_models(models: &[&ModelStatus]) -> String {
         .collect()
 }
 
+/// Connects to the shard at `endpoint` and asks its status; errors name it.
+pub async fn shard_status(
+    connector: &Connector,
+    endpoint: &str,
+) -> anyhow::Result<(ShardClient, StatusResponse)> {
+    let mut client = connector.connect(endpoint).await?;
+    let status = client
+        .status(StatusRequest {})
+        .await
+        .with_context(|| format!("shard {endpoint}: status failed"))?
+        .into_inner();
+    Ok((client, status))
+}
+
 /// Connects to `endpoints`, finds the one model they hold together (or the one
 /// with `fingerprint`), and checks that their column ranges tile [0, dim).
 pub async fn discover(
+    connector: &Connector,
     endpoints: &[String],
     fingerprint: Option<u64>,
 ) -> anyhow::Result<(Vec<ShardHandle>, ModelSpec, u64)> {
     let mut shards = Vec::new();
     let mut model: Option<(ModelSpec, u64)> = None;
     for endpoint in endpoints {
-        let mut client = connect(endpoint).await?;
-        let status = client
-            .status(StatusRequest {})
-            .await
-            .with_context(|| format!("shard {endpoint}: status failed"))?
-            .into_inner();
+        let (client, status) = shard_status(connector, endpoint).await?;
         let candidates: Vec<_> = status
             .models
             .iter()
@@ -167,79 +176,6 @@ pub async fn discover(
     Ok((shards, spec, fp))
 }
 
-/// Pulls rows [start, end) of `matrix` from every shard into `out` (row-major, `dim` wide).
-async fn pull_block(
-    shards: &mut [ShardHandle],
-    fingerprint: u64,
-    matrix: Matrix,
-    start: u64,
-    end: u64,
-    dim: usize,
-    out: &mut Vec<f32>,
-) -> anyhow::Result<()> {
-    let rows = (end - start) as usize;
-    out.clear();
-    out.resize(rows * dim, 0.0);
-    for shard in shards.iter_mut() {
-        let cols = (shard.col_end - shard.col_start) as usize;
-        let request = PullRowsRequest {
-            model_fingerprint: fingerprint,
-            matrix: matrix as i32,
-            row_start: start,
-            row_end: end,
-        };
-        let mut stream = shard
-            .client
-            .pull_rows(request)
-            .await
-            .with_context(|| {
-                format!(
-                    "shard {}: pull of rows [{start}, {end}) failed",
-                    shard.endpoint
-                )
-            })?
-            .into_inner();
-        let mut received = 0u64;
-        let mut values = Vec::new();
-        while let Some(block) = stream
-            .message()
-            .await
-            .with_context(|| format!("shard {}: row stream broke", shard.endpoint))?
-        {
-            decode_f32_into("values", &block.values, &mut values)?;
-            let n = block.rows as usize;
-            if block.row_start != start + received
-                || received + n as u64 > end - start
-                || values.len() != n * cols
-            {
-                bail!(
-                    "shard {}: malformed row block (start {}, {} rows, {} values for {cols} columns)",
-                    shard.endpoint,
-                    block.row_start,
-                    n,
-                    values.len()
-                );
-            }
-            let base = (block.row_start - start) as usize;
-            place_columns(
-                &mut out[base * dim..(base + n) * dim],
-                dim,
-                shard.col_start..shard.col_end,
-                &values,
-            );
-            received += n as u64;
-        }
-        if received != end - start {
-            bail!(
-                "shard {}: sent {received} of {} rows",
-                shard.endpoint,
-                end - start
-            );
-        }
-    }
-    Ok(())
-}
-
 /// Where an export reads rows from.
 pub enum Source<'a> {
     /// Running shards, pulled block by block.
@@ -260,8 +196,69 @@ impl Source<'_> {
         out: &mut Vec<f32>,
     ) -> anyhow::Result<()> {
         match self {
+            // Each shard's columns of the rows, placed into full rows.
             Source::Shards(shards) => {
-                pull_block(shards, fingerprint, matrix, start, end, dim, out).await
+                let rows = (end - start) as usize;
+                out.clear();
+                out.resize(rows * dim, 0.0);
+                for shard in shards.iter_mut() {
+                    let cols = (shard.col_end - shard.col_start) as usize;
+                    let request = PullRowsRequest {
+                        model_fingerprint: fingerprint,
+                        matrix: v1::Matrix::from(matrix) as i32,
+                        row_start: start,
+                        row_end: end,
+                    };
+                    let mut stream = shard
+                        .client
+                        .pull_rows(request)
+                        .await
+                        .with_context(|| {
+                            format!(
+                                "shard {}: pull of rows [{start}, {end}) failed",
+                                shard.endpoint
+                            )
+                        })?
+                        .into_inner();
+                    let mut received = 0u64;
+                    let mut values = Vec::new();
+                    while let Some(block) = stream
+                        .message()
+                        .await
+                        .with_context(|| format!("shard {}: row stream broke", shard.endpoint))?
+                    {
+                        decode_f32_into("values", &block.values, &mut values)?;
+                        let n = block.rows as usize;
+                        if block.row_start != start + received
+                            || received + n as u64 > end - start
+                            || values.len() != n * cols
+                        {
+                            bail!(
+                                "shard {}: malformed row block (start {}, {} rows, {} values for {cols} columns)",
+                                shard.endpoint,
+                                block.row_start,
+                                n,
+                                values.len()
+                            );
+                        }
+                        let base = (block.row_start - start) as usize;
+                        place_columns(
+                            &mut out[base * dim..(base + n) * dim],
+                            dim,
+                            shard.col_start..shard.col_end,
+                            &values,
+                        );
+                        received += n as u64;
+                    }
+                    if received != end - start {
+                        bail!(
+                            "shard {}: sent {received} of {} rows",
+                            shard.endpoint,
+                            end - start
+                        );
+                    }
+                }
+                Ok(())
             }
             Source::Slices(slices) => {
                 out.clear();
@@ -278,29 +275,9 @@ impl Source<'_> {
     }
 }
 
-/// Pulls the model and writes every file `out` asks for; an HDF5 file gets
-/// `provenance` as its attributes.
+/// Reads the model from `source` block by block and writes every file `out`
+/// asks for; an HDF5 file gets `provenance` as its attributes.
 pub async fn export(
-    shards: &mut [ShardHandle],
-    fingerprint: u64,
-    vocab: &Vocab,
-    dim: u32,
-    out: &OutputArgs,
-    provenance: &Provenance,
-) -> anyhow::Result<ExportSummary> {
-    export_from(
-        Source::Shards(shards),
-        fingerprint,
-        vocab,
-        dim,
-        out,
-        provenance,
-    )
-    .await
-}
-
-/// [`export`] from any [`Source`].
-pub async fn export_from(
     mut source: Source<'_>,
     fingerprint: u64,
     vocab: &Vocab,

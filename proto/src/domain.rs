@@ -1,10 +1,11 @@
-//! The shard boundary's domain types, defined once, and their wire
-//! conversions: a shard's [`ShardSpec`], the [`Matrix`] names, the
-//! [`Minibatch`] (with its stable [`MinibatchId`]) and the [`ShardError`]s a
-//! shard reports (each mapped to one gRPC code).
+//! The shard boundary's domain types and their wire conversions: the
+//! [`Minibatch`] (with its stable [`MinibatchId`] and its [`Windows`]), the
+//! [`ShardError`]s a shard reports (each mapped to one gRPC code), the
+//! protocol's limits, and the conversions of the model's spec and matrices
+//! (`colonnade_common::model`) to and from the wire.
 
 use crate::{decode_u32_into, encode_u32, v1, WireLengthError};
-use colonnade_common::model::ModelSpec;
+use colonnade_common::model::{Matrix, ModelSpec, Objective, ShardSpec};
 
 /// Largest number of negatives per pair a shard accepts.
 pub const MAX_NEGATIVE: u32 = 1024;
@@ -90,136 +91,41 @@ pub fn invalid_argument(msg: impl Into<String>) -> ShardError {
 
 use invalid_argument as invalid;
 
-/// Bytes of a packed row's lock slot on a shard (keeps the cells f32-aligned).
-pub const ROW_LOCK_BYTES: u64 = 4;
-
-/// Bytes of a row's lock when the locks are kept apart from the rows.
-pub const ROW_LOCK_APART_BYTES: u64 = 1;
-
-/// Where a shard's rows of `width` f32 cells keep their cells and their lock
-/// (every column its matrices hold: a process's slice, or the whole vector
-/// of in-process shards side by side).
-///
-/// Packed (most widths): each row is a 4-byte lock slot, then its cells, so
-/// the lock shares the row's first cache line; rows start at every 4-byte
-/// offset. Where the cells fill whole 64-byte cache lines (a multiple of 16
-/// columns: graphs' d = 128, d = 64 or 256, 32-column slices), a 4-byte
-/// slot would push every row onto one more line than its cells need and
-/// make half of its 32-byte loads straddle two lines; those rows are
-/// aligned to 64 bytes with no slot, and their 1-byte locks are an array of
-/// their own after the rows (6–12 % of the fused loop at d = 128,
-/// docs/benchmarks.md). A lock array costs one more cache line per row
-/// visit, which narrow packed rows cannot pay back: at 25 columns (V = 20M,
-/// d = 100 over 4 shards) it cost 15 %, so they stay packed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RowLayout {
-    /// Bytes from one row's start to the next.
-    pub stride: u64,
-    /// Bytes from a row's start to its first cell.
-    pub cells_at: u64,
-    /// Whether the locks are an array apart (else each is in its row's slot).
-    pub locks_apart: bool,
-}
-
-impl RowLayout {
-    /// The layout of rows of `width` cells.
-    pub fn of(width: u32) -> Self {
-        let cells = u64::from(width) * 4;
-        if width > 0 && cells % 64 == 0 {
-            Self {
-                stride: cells,
-                cells_at: 0,
-                locks_apart: true,
-            }
-        } else {
-            Self {
-                stride: cells + ROW_LOCK_BYTES,
-                cells_at: ROW_LOCK_BYTES,
-                locks_apart: false,
-            }
-        }
+/// Checks every field of a shard's spec, naming the first that is out of
+/// range (what a shard checks before it creates a model).
+pub fn validate_spec(spec: &ShardSpec) -> Result<(), ShardError> {
+    let m = &spec.model;
+    if m.vocab_size < 2 || m.vocab_size > u64::from(u32::MAX) {
+        return Err(invalid(format!(
+            "field `vocab_size`: {} is outside 2..=2^32-1",
+            m.vocab_size
+        )));
     }
-
-    /// Bytes per row in all: its stride, and its lock if kept apart.
-    pub fn row_bytes(&self) -> u64 {
-        self.stride
-            + if self.locks_apart {
-                ROW_LOCK_APART_BYTES
-            } else {
-                0
-            }
+    if m.dim == 0 || m.dim > MAX_DIM {
+        return Err(invalid(format!(
+            "field `dim`: {} is outside 1..={MAX_DIM}",
+            m.dim
+        )));
     }
-}
-
-/// A model spec plus one shard's column range [col_start, col_end).
-#[derive(Clone, Debug, PartialEq)]
-pub struct ShardSpec {
-    pub model: ModelSpec,
-    pub col_start: u32,
-    pub col_end: u32,
-}
-
-impl ShardSpec {
-    pub fn cols(&self) -> usize {
-        (self.col_end - self.col_start) as usize
+    if spec.col_start >= spec.col_end || spec.col_end > m.dim {
+        return Err(invalid(format!(
+            "fields `col_start`/`col_end`: [{}, {}) is not a non-empty column range within dim {}",
+            spec.col_start, spec.col_end, m.dim
+        )));
     }
-
-    /// Bytes of the two matrices this spec needs on this shard: per row its
-    /// cells and its lock ([`RowLayout`]).
-    pub fn matrix_bytes(&self) -> u64 {
-        let row = RowLayout::of(self.col_end.saturating_sub(self.col_start)).row_bytes();
-        2 * self.model.vocab_size.saturating_mul(row)
+    if m.negative == 0 || m.negative > MAX_NEGATIVE {
+        return Err(invalid(format!(
+            "field `negative`: {} is outside 1..={MAX_NEGATIVE}",
+            m.negative
+        )));
     }
-
-    /// Bytes a model of this spec holds on the shard: its two matrices, its
-    /// sampler's table and its counts (8 bytes a word each).
-    pub fn held_bytes(&self) -> u64 {
-        self.matrix_bytes()
-            .saturating_add(self.model.vocab_size.saturating_mul(16))
+    if !(m.sampling_power.is_finite() && (0.0..=2.0).contains(&m.sampling_power)) {
+        return Err(invalid(format!(
+            "field `sampling_power`: {} is outside [0, 2]",
+            m.sampling_power
+        )));
     }
-
-    /// Bytes creating it takes at the peak: [`ShardSpec::held_bytes`] and
-    /// the counts as they arrive (8 bytes a word).
-    pub fn creation_bytes(&self) -> u64 {
-        self.held_bytes()
-            .saturating_add(self.model.vocab_size.saturating_mul(8))
-    }
-
-    /// Checks every field, naming the first that is out of range.
-    pub fn validate(&self) -> Result<(), ShardError> {
-        let m = &self.model;
-        if m.vocab_size < 2 || m.vocab_size > u64::from(u32::MAX) {
-            return Err(invalid(format!(
-                "field `vocab_size`: {} is outside 2..=2^32-1",
-                m.vocab_size
-            )));
-        }
-        if m.dim == 0 || m.dim > MAX_DIM {
-            return Err(invalid(format!(
-                "field `dim`: {} is outside 1..={MAX_DIM}",
-                m.dim
-            )));
-        }
-        if self.col_start >= self.col_end || self.col_end > m.dim {
-            return Err(invalid(format!(
-                "fields `col_start`/`col_end`: [{}, {}) is not a non-empty column range within dim {}",
-                self.col_start, self.col_end, m.dim
-            )));
-        }
-        if m.negative == 0 || m.negative > MAX_NEGATIVE {
-            return Err(invalid(format!(
-                "field `negative`: {} is outside 1..={MAX_NEGATIVE}",
-                m.negative
-            )));
-        }
-        if !(m.sampling_power.is_finite() && (0.0..=2.0).contains(&m.sampling_power)) {
-            return Err(invalid(format!(
-                "field `sampling_power`: {} is outside [0, 2]",
-                m.sampling_power
-            )));
-        }
-        Ok(())
-    }
+    Ok(())
 }
 
 impl From<&ShardSpec> for v1::ModelSpec {
@@ -233,7 +139,7 @@ impl From<&ShardSpec> for v1::ModelSpec {
             negative: s.model.negative,
             sampling_power: s.model.sampling_power,
             init_seed: s.model.init_seed,
-            cbow: s.model.cbow,
+            cbow: s.model.objective.is_cbow(),
         }
     }
 }
@@ -248,7 +154,7 @@ impl From<&v1::ModelSpec> for ShardSpec {
                 negative: s.negative,
                 sampling_power: s.sampling_power,
                 init_seed: s.init_seed,
-                cbow: s.cbow,
+                objective: Objective::from_cbow(s.cbow),
             },
             col_start: s.col_start,
             col_end: s.col_end,
@@ -256,25 +162,14 @@ impl From<&v1::ModelSpec> for ShardSpec {
     }
 }
 
-/// Which of a model's two matrices.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Matrix {
-    /// The input vectors u(w): the embeddings users get.
-    Input,
-    /// The output vectors v(w).
-    Output,
-}
-
-impl Matrix {
-    /// The matrix a wire `matrix` field names.
-    pub fn from_wire(value: i32) -> Result<Self, ShardError> {
-        match v1::Matrix::try_from(value) {
-            Ok(v1::Matrix::Input) => Ok(Self::Input),
-            Ok(v1::Matrix::Output) => Ok(Self::Output),
-            _ => Err(invalid(format!(
-                "field `matrix`: {value} is not INPUT or OUTPUT"
-            ))),
-        }
+/// The matrix a wire `matrix` field names.
+pub fn matrix_from_wire(value: i32) -> Result<Matrix, ShardError> {
+    match v1::Matrix::try_from(value) {
+        Ok(v1::Matrix::Input) => Ok(Matrix::Input),
+        Ok(v1::Matrix::Output) => Ok(Matrix::Output),
+        _ => Err(invalid(format!(
+            "field `matrix`: {value} is not INPUT or OUTPUT"
+        ))),
     }
 }
 
@@ -443,7 +338,7 @@ impl Windows {
 /// the minibatch has them (what the client forms), else as explicit pairs.
 ///
 /// Skip-gram reads it as (input word, context word) pairs, each one example.
-/// CBOW ([`Minibatch::cbow`]) reads the same words the other way round: each
+/// CBOW ([`Minibatch::objective`]) reads the same words the other way round: each
 /// input position is one example, the mean of its context words' input
 /// vectors against the position's own word.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -466,9 +361,9 @@ pub struct Minibatch {
     /// the kept position in it of the first input.
     pub sentence: u64,
     pub position: u64,
-    /// A CBOW minibatch (travels; a shard refuses it for a skip-gram model
-    /// and the other way round).
-    pub cbow: bool,
+    /// What it trains (travels; a shard refuses a minibatch of the other
+    /// objective).
+    pub objective: Objective,
 }
 
 impl Minibatch {
@@ -480,7 +375,7 @@ impl Minibatch {
     /// Its training examples, each with 1 + negative dot products:
     /// skip-gram, one per pair; CBOW, one per input position.
     pub fn examples(&self) -> usize {
-        if self.cbow {
+        if self.objective.is_cbow() {
             self.inputs.len()
         } else {
             self.outputs.len()
@@ -505,7 +400,7 @@ impl Minibatch {
             model_fingerprint: fingerprint,
             seed: self.seed,
             alpha: self.alpha,
-            cbow: self.cbow,
+            cbow: self.objective.is_cbow(),
             ..v1::Minibatch::default()
         };
         if self.windows.is_empty() {
@@ -581,7 +476,7 @@ impl Minibatch {
         }
         self.seed = b.seed;
         self.alpha = b.alpha;
-        self.cbow = b.cbow;
+        self.objective = Objective::from_cbow(b.cbow);
         (self.id, self.sentence, self.position) = (MinibatchId::default(), 0, 0);
         Ok((b.model_fingerprint, b.lineage))
     }
@@ -623,35 +518,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn rows_of_whole_cache_lines_keep_their_locks_apart() {
-        // (width, bytes per row): whole lines with a 1-byte lock apart for
-        // multiples of 16 columns, a 4-byte slot in the row otherwise.
-        for (width, bytes) in [
-            (128, 513),
-            (64, 257),
-            (32, 129),
-            (16, 65),
-            (100, 404),
-            (300, 1204),
-            (75, 304),
-            (25, 104),
-            (8, 36),
-            (1, 8),
-            (0, 4),
-        ] {
-            let l = RowLayout::of(width);
-            assert_eq!(l.row_bytes(), bytes, "{width} columns");
-            let cells = u64::from(width) * 4;
-            assert_eq!(l.cells_at + cells, l.stride, "{width} columns");
-            if l.locks_apart {
-                assert_eq!((l.stride % 64, l.cells_at), (0, 0), "{width} columns");
-            } else {
-                assert_eq!(l.cells_at, ROW_LOCK_BYTES, "{width} columns");
-            }
-        }
-    }
-
-    #[test]
     fn minibatch_wire_roundtrip_keeps_words_and_seed() {
         let mb = Minibatch {
             id: MinibatchId {
@@ -667,7 +533,7 @@ mod tests {
             windows: Windows::default(),
             sentence: 7,
             position: 4,
-            cbow: true,
+            objective: Objective::Cbow,
         };
         let mut back = Minibatch::default();
         assert_eq!(back.decode_from(Some(&mb.to_wire(42))), Ok((42, 0)));
@@ -675,7 +541,7 @@ mod tests {
             (back.seed, &back.inputs, &back.context_counts, &back.outputs),
             (99, &mb.inputs, &mb.context_counts, &mb.outputs)
         );
-        assert!(back.cbow, "the objective travels");
+        assert_eq!(back.objective, Objective::Cbow, "the objective travels");
         assert_eq!(back.examples(), 2, "CBOW: one example per input position");
         assert_eq!(back.validate(4), Ok(3));
         assert!(back
@@ -725,25 +591,27 @@ mod tests {
 
     #[test]
     fn spec_and_matrix_roundtrip() {
-        let spec = ShardSpec {
-            model: ModelSpec {
-                vocab_fingerprint: 1,
-                vocab_size: 10,
-                dim: 8,
-                negative: 5,
-                sampling_power: 0.75,
-                init_seed: 3,
-                cbow: true,
-            },
+        // The wire's flat fields and the domain's nested spec, both ways.
+        let wire = v1::ModelSpec {
+            vocab_fingerprint: 1,
+            vocab_size: 10,
+            dim: 8,
             col_start: 2,
             col_end: 6,
+            negative: 5,
+            sampling_power: 0.75,
+            init_seed: 3,
+            cbow: true,
         };
-        assert_eq!(ShardSpec::from(&v1::ModelSpec::from(&spec)), spec);
-        assert_eq!(spec.validate(), Ok(()));
+        let spec = ShardSpec::from(&wire);
+        assert_eq!(spec.model.objective, Objective::Cbow);
+        assert_eq!((spec.columns(), spec.model.dim), (2..6, 8));
+        assert_eq!(v1::ModelSpec::from(&spec), wire);
+        assert_eq!(validate_spec(&spec), Ok(()));
         for m in [Matrix::Input, Matrix::Output] {
-            assert_eq!(Matrix::from_wire(v1::Matrix::from(m) as i32), Ok(m));
+            assert_eq!(matrix_from_wire(v1::Matrix::from(m) as i32), Ok(m));
         }
-        assert!(Matrix::from_wire(0).is_err());
+        assert!(matrix_from_wire(0).is_err());
         let status = tonic::Status::from(ShardError::FailedPrecondition("x".into()));
         assert_eq!(status.code(), tonic::Code::FailedPrecondition);
     }

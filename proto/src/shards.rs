@@ -99,7 +99,7 @@ pub trait ModelShards: Send + 'static {
 
     /// Applies the weights G = α × `scaled` (laid out as the dot products,
     /// α of each value's minibatch) on every shard. `scaled` holds G ÷ α,
-    /// each value exact in half precision ([`crate::wire_scaled_weight`]):
+    /// each value exact in half precision (`colonnade_common::sgns::wire_scaled_weight`):
     /// that is how weights travel, so every path applies the same G.
     fn adjust(
         &mut self,
@@ -112,9 +112,9 @@ pub trait ModelShards: Send + 'static {
     /// this process hold whole vectors side by side (one shard, or slices
     /// sharing one allocation), so the summed dot products are final.
     /// Each minibatch is stepped in turn with exactly the weights the two
-    /// calls would apply (α × [`crate::scaled_weight`]); `dots` gets its dot
+    /// calls would apply (α × `colonnade_common::sgns::scaled_weight`); `dots` gets its dot
     /// products, pair-major, for the caller's loss and divergence checks. A
-    /// dot product beyond [`crate::DIVERGED_DOT`] (or NaN) adds no update.
+    /// diverged dot product (`colonnade_common::sgns::is_diverged`) adds no update.
     /// Returns false, touching nothing, where the shards cannot (column
     /// slices in rows of their own, or shards behind the wire): the caller then makes the
     /// two calls.

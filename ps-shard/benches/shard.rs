@@ -8,8 +8,9 @@
 use colonnade_common::kernels::{axpy, dot};
 use colonnade_common::model::ModelSpec;
 use colonnade_proto::Minibatch;
-use colonnade_ps_shard::model::{Joined, Model, Scratch};
+use colonnade_ps_shard::model::{Model, Scratch};
 use colonnade_ps_shard::plan::Targets;
+use colonnade_ps_shard::whole::WholeVectors;
 use colonnade_ps_shard::{ShardCore, ShardSpec};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use rand::{Rng, SeedableRng};
@@ -37,7 +38,7 @@ fn model_spec(vocab: usize, dim: u32) -> ModelSpec {
         negative: NEGATIVE,
         sampling_power: 0.75,
         init_seed: 1,
-        cbow: false,
+        objective: colonnade_common::model::Objective::SkipGram,
     }
 }
 
@@ -176,7 +177,7 @@ fn fused(c: &mut Criterion) {
             col_end: DIM,
         };
         let shard = Arc::new(Model::new(spec, &counts(vocab)).expect("model"));
-        let joined = Joined::of(std::slice::from_ref(&shard)).expect("whole vectors");
+        let joined = WholeVectors::of(std::slice::from_ref(&shard)).expect("whole vectors");
         let (inputs, context_counts, outputs) = batch(vocab, 256, 20, vocab as u64);
         let b = Minibatch {
             seed: 7,

@@ -1,5 +1,6 @@
 //! A shard's models on disk (`ps-shard --data-dir`) and the checkpoint
-//! protocol around them: the barrier every worker of a model reaches before a
+//! protocol around them, per model ([`Checkpoints`]; the registry of models,
+//! `crate::registry::ShardCore`, calls it): the barrier every worker of a model reaches before a
 //! version is taken, the copy of both matrices (the only pause training
 //! sees), the crash-safe write in the background (format:
 //! `colonnade-checkpoint`), restoring a version under a new lineage, and
@@ -12,12 +13,9 @@
 //! every shard's disk, so a version common to all shards always remains).
 
 use crate::model::Model;
-use crate::registry::ShardCore;
-use colonnade_checkpoint::{
-    counts_fingerprint, CheckpointReader, Header, ModelDir, SliceSpec, Which,
-};
-use colonnade_common::model::ModelSpec;
-use colonnade_proto::{Matrix, ShardError, ShardSpec};
+use colonnade_checkpoint::{counts_fingerprint, CheckpointReader, Header, ModelDir};
+use colonnade_common::model::{Matrix, ShardSpec};
+use colonnade_proto::ShardError;
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -135,39 +133,9 @@ pub struct Arrival {
 }
 
 /// The outcome of an arrival: the version taken, or the pending one to join.
-pub enum Joined {
+pub enum Arrived {
     Taken(Taken),
     OtherPending(u64),
-}
-
-fn slice_spec(s: &ShardSpec) -> SliceSpec {
-    SliceSpec {
-        vocab_fingerprint: s.model.vocab_fingerprint,
-        vocab_size: s.model.vocab_size,
-        dim: s.model.dim,
-        col_start: s.col_start,
-        col_end: s.col_end,
-        negative: s.model.negative,
-        sampling_power: s.model.sampling_power,
-        init_seed: s.model.init_seed,
-        cbow: s.model.cbow,
-    }
-}
-
-fn shard_spec(s: &SliceSpec) -> ShardSpec {
-    ShardSpec {
-        model: ModelSpec {
-            vocab_fingerprint: s.vocab_fingerprint,
-            vocab_size: s.vocab_size,
-            dim: s.dim,
-            negative: s.negative,
-            sampling_power: s.sampling_power,
-            init_seed: s.init_seed,
-            cbow: s.cbow,
-        },
-        col_start: s.col_start,
-        col_end: s.col_end,
-    }
 }
 
 fn internal(e: impl std::fmt::Display) -> ShardError {
@@ -198,7 +166,7 @@ fn load_version(
     let reader = CheckpointReader::open(path).map_err(internal)?;
     let header = reader.header().clone();
     let fingerprint = spec.model.fingerprint();
-    if header.model_fingerprint != fingerprint || header.spec != slice_spec(spec) {
+    if header.model_fingerprint != fingerprint || header.spec != *spec {
         return Err(ShardError::Internal(format!(
             "{}: holds model {:016x} columns [{}, {}), expected model {fingerprint:016x} columns [{}, {})",
             path.display(),
@@ -219,12 +187,8 @@ fn load_version(
     let model = Model::initial(spec.clone(), counts, lineage)?.with_base(header.version);
     let mut failed = None;
     reader
-        .read_matrices(|which, start, values| {
-            let m = match which {
-                Which::U => Matrix::Input,
-                Which::V => Matrix::Output,
-            };
-            if let Err(e) = model.write_rows(m, start, values) {
+        .read_matrices(|matrix, start, values| {
+            if let Err(e) = model.write_rows(matrix, start, values) {
                 failed.get_or_insert(e);
             }
         })
@@ -253,131 +217,105 @@ fn version_of(h: &Header) -> Version {
     }
 }
 
-impl ShardCore {
-    fn model_dir(&self, fingerprint: u64) -> Option<ModelDir> {
-        self.data_dir
-            .as_deref()
-            .map(|d| ModelDir::new(d, fingerprint))
-    }
+/// Writes a newly created model's spec and counts in `dir` (before it is used).
+pub(crate) fn persist_created(dir: &ModelDir, model: &Model) -> Result<(), ShardError> {
+    dir.write_model(model.fingerprint, &model.spec, &model.counts)
+        .map_err(internal)
+}
 
-    /// Writes a newly created model's spec and counts (before it is used).
-    pub(crate) fn persist_created(&self, model: &Model) -> Result<(), ShardError> {
-        if let Some(dir) = self.model_dir(model.fingerprint) {
-            dir.write_model(model.fingerprint, &slice_spec(&model.spec), &model.counts)
-                .map_err(internal)?;
+/// Removes a dropped model's files.
+pub(crate) fn forget(dir: &ModelDir) {
+    if let Err(e) = dir.remove_all() {
+        tracing::error!(error = %e, "cannot remove the dropped model's files");
+    }
+}
+
+/// Loads every model of the data dir `root` at its newest readable version,
+/// each under a lineage of its own, with its checkpoint state. A version
+/// that fails to load is named in the log, set aside, and the previous one
+/// tried; with none left, the model starts from its initial state.
+pub(crate) fn load_models(root: &Path) -> Result<Vec<(Model, Checkpoints)>, ShardError> {
+    fs_err::create_dir_all(root).map_err(|e| {
+        ShardError::Internal(format!(
+            "cannot create the data dir {}: {e}",
+            root.display()
+        ))
+    })?;
+    let mut models = Vec::new();
+    for dir in ModelDir::list(root).map_err(internal)? {
+        let start = Instant::now();
+        dir.clean_temporaries().map_err(internal)?;
+        let (fingerprint, spec, counts) = dir.read_model().map_err(internal)?;
+        if spec.model.fingerprint() != fingerprint {
+            return Err(ShardError::Internal(format!(
+                "{}: its spec has fingerprint {:016x}, not {fingerprint:016x}",
+                dir.path().display(),
+                spec.model.fingerprint()
+            )));
         }
-        Ok(())
-    }
-
-    /// Removes a dropped model's files.
-    pub(crate) fn forget_persisted(&self, fingerprint: u64) {
-        self.checkpoints.remove(&fingerprint);
-        if let Some(dir) = self.model_dir(fingerprint) {
-            if let Err(e) = dir.remove_all() {
-                tracing::error!(error = %e, "cannot remove the dropped model's files");
-            }
-        }
-    }
-
-    /// Loads every model of the data dir at its newest readable version,
-    /// each under a lineage of its own. A version that fails to load is
-    /// named in the log, set aside, and the previous one tried; with none
-    /// left, the model starts from its initial state.
-    pub fn load_data_dir(&self) -> Result<(), ShardError> {
-        let Some(root) = self.data_dir.clone() else {
-            return Ok(());
-        };
-        fs_err::create_dir_all(&root).map_err(|e| {
-            ShardError::Internal(format!(
-                "cannot create the data dir {}: {e}",
-                root.display()
-            ))
-        })?;
-        for dir in ModelDir::list(&root).map_err(internal)? {
-            let start = Instant::now();
-            dir.clean_temporaries().map_err(internal)?;
-            let (fingerprint, spec, counts) = dir.read_model().map_err(internal)?;
-            let spec = shard_spec(&spec);
-            if spec.model.fingerprint() != fingerprint {
-                return Err(ShardError::Internal(format!(
-                    "{}: its spec has fingerprint {:016x}, not {fingerprint:016x}",
-                    dir.path().display(),
-                    spec.model.fingerprint()
-                )));
-            }
-            let counts: Arc<[u64]> = counts.into();
-            let lineage = fresh_lineage(fingerprint);
-            let mut loaded = None;
-            let mut older = Vec::new();
-            for version in dir.versions().map_err(internal)?.into_iter().rev() {
-                let path = dir.checkpoint_path(version);
-                if loaded.is_some() {
-                    // Older versions: the header is checked now, the payload on restore.
-                    match CheckpointReader::open(&path) {
-                        Ok(r) => older.push(version_of(r.header())),
-                        Err(e) => {
-                            tracing::error!(error = %e, "checkpoint unreadable; set aside");
-                            quarantine(&path);
-                        }
-                    }
-                    continue;
-                }
-                match load_version(&path, &spec, Arc::clone(&counts), lineage) {
-                    Ok((model, header)) => {
-                        older.push(version_of(&header));
-                        loaded = Some(model);
-                    }
+        let counts: Arc<[u64]> = counts.into();
+        let lineage = fresh_lineage(fingerprint);
+        let mut loaded = None;
+        let mut older = Vec::new();
+        for version in dir.versions().map_err(internal)?.into_iter().rev() {
+            let path = dir.checkpoint_path(version);
+            if loaded.is_some() {
+                // Older versions: the header is checked now, the payload on restore.
+                match CheckpointReader::open(&path) {
+                    Ok(r) => older.push(version_of(r.header())),
                     Err(e) => {
-                        tracing::error!(
-                            error = %e,
-                            "checkpoint unreadable; set aside, falling back to the previous version"
-                        );
+                        tracing::error!(error = %e, "checkpoint unreadable; set aside");
                         quarantine(&path);
                     }
                 }
+                continue;
             }
-            older.sort_by_key(|v| v.version);
-            let model = match loaded {
-                Some(m) => m,
-                None => Model::initial(spec, counts, lineage)?,
-            };
-            let state = Arc::new(Checkpoints::default());
-            if let Some(newest) = older.last() {
-                *state.finished.lock() = finished_workers(&newest.manifest);
+            match load_version(&path, &spec, Arc::clone(&counts), lineage) {
+                Ok((model, header)) => {
+                    older.push(version_of(&header));
+                    loaded = Some(model);
+                }
+                Err(e) => {
+                    tracing::error!(
+                        error = %e,
+                        "checkpoint unreadable; set aside, falling back to the previous version"
+                    );
+                    quarantine(&path);
+                }
             }
-            *state.on_disk.lock() = older;
-            tracing::info!(
-                fingerprint = format!("{fingerprint:016x}"),
-                version = model.base_version,
-                lineage = format!("{lineage:016x}"),
-                seconds = start.elapsed().as_secs_f64(),
-                "model loaded from the data dir"
-            );
-            self.checkpoints.insert(fingerprint, state);
-            self.insert_loaded(model);
         }
-        Ok(())
-    }
-
-    /// The checkpoint state of model `fingerprint`.
-    pub fn checkpoints(&self, fingerprint: u64) -> Arc<Checkpoints> {
-        Arc::clone(
-            &self
-                .checkpoints
-                .entry(fingerprint)
-                .or_insert_with(|| Arc::new(Checkpoints::default())),
-        )
-    }
-
-    /// A worker arrives at a checkpoint barrier; returns once the version
-    /// is taken (or written, if `durable`), or the pending version to join.
-    pub async fn checkpoint(self: &Arc<Self>, a: Arrival) -> Result<Joined, ShardError> {
-        if self.data_dir.is_none() {
-            return Err(ShardError::FailedPrecondition(
-                "this shard keeps no checkpoints: start it with --data-dir".into(),
-            ));
+        older.sort_by_key(|v| v.version);
+        let model = match loaded {
+            Some(m) => m,
+            None => Model::initial(spec, counts, lineage)?,
+        };
+        let state = Checkpoints::default();
+        if let Some(newest) = older.last() {
+            *state.finished.lock() = finished_workers(&newest.manifest);
         }
-        let model = self.model(a.fingerprint)?;
+        *state.on_disk.lock() = older;
+        tracing::info!(
+            fingerprint = format!("{fingerprint:016x}"),
+            version = model.base_version,
+            lineage = format!("{lineage:016x}"),
+            seconds = start.elapsed().as_secs_f64(),
+            "model loaded from the data dir"
+        );
+        models.push((model, state));
+    }
+    Ok(models)
+}
+
+impl Checkpoints {
+    /// A worker arrives at a checkpoint barrier of `model` (kept in `dir`);
+    /// returns once the version is taken (or written, if `durable`), or the
+    /// pending version to join.
+    pub(crate) async fn arrive(
+        self: &Arc<Self>,
+        model: Arc<Model>,
+        dir: ModelDir,
+        a: Arrival,
+    ) -> Result<Arrived, ShardError> {
         model.check_lineage(a.lineage)?;
         if a.version == 0 || a.num_workers == 0 || a.worker >= a.num_workers {
             return Err(ShardError::InvalidArgument(format!(
@@ -385,8 +323,7 @@ impl ShardCore {
                 a.version, a.worker, a.num_workers
             )));
         }
-        let state = self.checkpoints(a.fingerprint);
-        let newest = state.on_disk.lock().last().map_or(0, |v| v.version);
+        let newest = self.on_disk.lock().last().map_or(0, |v| v.version);
         if a.version < newest {
             return Err(ShardError::FailedPrecondition(format!(
                 "checkpoint version {} is older than version {newest} on this shard's disk",
@@ -394,7 +331,7 @@ impl ShardCore {
             )));
         }
         let (mut rx, durable) = {
-            let mut slot = state.barrier.lock();
+            let mut slot = self.barrier.lock();
             let b = slot.get_or_insert_with(|| Barrier {
                 version: a.version,
                 lineage: a.lineage,
@@ -404,12 +341,12 @@ impl ShardCore {
                 tx: Arc::new(watch::channel(Phase::Waiting).0),
             });
             if b.version != a.version || b.lineage != a.lineage || b.num_workers != a.num_workers {
-                return Ok(Joined::OtherPending(b.version));
+                return Ok(Arrived::OtherPending(b.version));
             }
-            state.pending.store(b.version, Relaxed);
+            self.pending.store(b.version, Relaxed);
             b.arrived.insert(a.worker, (a.position, a.finished));
             b.durable |= a.durable;
-            let finished = state.finished.lock();
+            let finished = self.finished.lock();
             let complete =
                 (0..b.num_workers).all(|w| b.arrived.contains_key(&w) || finished.contains_key(&w));
             drop(finished);
@@ -417,8 +354,8 @@ impl ShardCore {
             let durable = a.durable;
             if complete {
                 if let Some(b) = slot.take() {
-                    state.pending.store(0, Relaxed);
-                    self.take(model, &state, b);
+                    self.pending.store(0, Relaxed);
+                    self.take(model, dir, b);
                 }
             }
             (rx, durable)
@@ -434,7 +371,7 @@ impl ShardCore {
         .await;
         match waited {
             Ok(Ok(phase)) => match phase {
-                Phase::Taken(t) | Phase::Written(t) => Ok(Joined::Taken(t)),
+                Phase::Taken(t) | Phase::Written(t) => Ok(Arrived::Taken(t)),
                 Phase::Failed(e) => Err(e),
                 Phase::Waiting => Err(internal("checkpoint barrier woke while waiting")),
             },
@@ -444,8 +381,8 @@ impl ShardCore {
             ))),
             Err(_) => {
                 let missing = {
-                    let slot = state.barrier.lock();
-                    let finished = state.finished.lock();
+                    let slot = self.barrier.lock();
+                    let finished = self.finished.lock();
                     slot.as_ref().filter(|b| b.version == a.version).map(|b| {
                         (0..b.num_workers)
                             .filter(|w| !b.arrived.contains_key(w) && !finished.contains_key(w))
@@ -459,7 +396,7 @@ impl ShardCore {
                     missing.unwrap_or_default(),
                     a.timeout
                 );
-                state.abandon(&why);
+                self.abandon(&why);
                 Err(ShardError::Aborted(format!(
                     "checkpoint {} abandoned: {why}",
                     a.version
@@ -470,9 +407,8 @@ impl ShardCore {
 
     /// Copies the model (every worker is waiting at the barrier, so nothing
     /// changes it meanwhile), releases the waiters, writes the copy.
-    fn take(self: &Arc<Self>, model: Arc<Model>, state: &Arc<Checkpoints>, b: Barrier) {
-        let core = Arc::clone(self);
-        let state = Arc::clone(state);
+    fn take(self: &Arc<Self>, model: Arc<Model>, dir: ModelDir, b: Barrier) {
+        let state = Arc::clone(self);
         tokio::task::spawn_blocking(move || {
             let writer = Arc::clone(&state.writer);
             let _writing = writer.lock();
@@ -491,32 +427,9 @@ impl ShardCore {
                 pause_seconds: start.elapsed().as_secs_f64(),
                 bytes: (u.len() + v.len()) as u64 * 4,
             };
-            let manifest = {
-                let mut finished = state.finished.lock();
-                for (&w, (pos, done)) in &b.arrived {
-                    if *done {
-                        finished.insert(w, pos.clone());
-                    }
-                }
-                let mut workers = Vec::new();
-                for w in 0..b.num_workers {
-                    let (position, done) = match b.arrived.get(&w) {
-                        Some((p, d)) => (p.clone(), *d),
-                        None => (finished.get(&w).cloned().unwrap_or_default(), true),
-                    };
-                    workers.push(serde_json::json!({
-                        "worker": w, "finished": done, "position": position
-                    }));
-                }
-                serde_json::json!({
-                    "version": b.version,
-                    "lineage": b.lineage,
-                    "num_workers": b.num_workers,
-                    "workers": workers,
-                })
-            };
+            let manifest = state.manifest(&b);
             let _ = b.tx.send(Phase::Taken(taken));
-            let outcome = core.write(&model, &state, &b, manifest, &u, &v);
+            let outcome = state.write(&dir, &model, &b, manifest, &u, &v);
             drop((u, v));
             metrics::histogram!("colonnade_shard_checkpoint_pause_seconds")
                 .record(taken.pause_seconds);
@@ -541,21 +454,45 @@ impl ShardCore {
         });
     }
 
+    /// The manifest of barrier `b`: every worker's position, and which have
+    /// finished their part (those now, and those recorded before).
+    fn manifest(&self, b: &Barrier) -> serde_json::Value {
+        let mut finished = self.finished.lock();
+        for (&w, (pos, done)) in &b.arrived {
+            if *done {
+                finished.insert(w, pos.clone());
+            }
+        }
+        let mut workers = Vec::new();
+        for w in 0..b.num_workers {
+            let (position, done) = match b.arrived.get(&w) {
+                Some((p, d)) => (p.clone(), *d),
+                None => (finished.get(&w).cloned().unwrap_or_default(), true),
+            };
+            workers.push(serde_json::json!({
+                "worker": w, "finished": done, "position": position
+            }));
+        }
+        serde_json::json!({
+            "version": b.version,
+            "lineage": b.lineage,
+            "num_workers": b.num_workers,
+            "workers": workers,
+        })
+    }
+
     fn write(
         &self,
+        dir: &ModelDir,
         model: &Model,
-        state: &Checkpoints,
         b: &Barrier,
         manifest: serde_json::Value,
         u: &[f32],
         v: &[f32],
     ) -> Result<(), ShardError> {
-        let Some(dir) = self.model_dir(model.fingerprint) else {
-            return Ok(());
-        };
         let header = Header {
             model_fingerprint: model.fingerprint,
-            spec: slice_spec(&model.spec),
+            spec: model.spec.clone(),
             counts_fingerprint: counts_fingerprint(&model.counts),
             version: b.version,
             lineage: b.lineage,
@@ -569,16 +506,16 @@ impl ShardCore {
                 "checkpoint {} of model {:016x} not written ({e}); version {} stays the newest here",
                 b.version,
                 model.fingerprint,
-                state.on_disk.lock().last().map_or(0, |v| v.version)
+                self.on_disk.lock().last().map_or(0, |v| v.version)
             );
             tracing::error!("{msg}");
-            *state.last_error.lock() = Some(msg.clone());
+            *self.last_error.lock() = Some(msg.clone());
             return Err(ShardError::Internal(msg));
         }
-        *state.last_error.lock() = None;
+        *self.last_error.lock() = None;
         let keep_from = b.version.saturating_sub(1);
         {
-            let mut on_disk = state.on_disk.lock();
+            let mut on_disk = self.on_disk.lock();
             on_disk.retain(|v| v.version >= keep_from && v.version != b.version);
             on_disk.push(version_of(&header));
             on_disk.sort_by_key(|v| v.version);
@@ -589,67 +526,69 @@ impl ShardCore {
         Ok(())
     }
 
-    /// Replaces model `fingerprint`'s state by checkpoint `version` (0: the
-    /// initial state) under `lineage`; removes newer versions. Returns false
-    /// when the model already is of `lineage`.
-    pub fn restore(
+    /// The state of `model` at checkpoint `version` (0: the initial state)
+    /// under `lineage`, read from `dir`; removes newer versions. `None`
+    /// when `model` is that state already, untouched since it was loaded:
+    /// it is relabelled in place.
+    pub(crate) fn restore(
         &self,
-        fingerprint: u64,
+        model: &Model,
+        dir: Option<&ModelDir>,
         version: u64,
         lineage: u64,
-    ) -> Result<bool, ShardError> {
-        let model = self.model(fingerprint)?;
-        if model.lineage() == lineage {
-            return Ok(false);
-        }
-        let state = self.checkpoints(fingerprint);
-        state.abandon("the model is being restored");
-        let writer = Arc::clone(&state.writer);
+    ) -> Result<Option<Model>, ShardError> {
+        let fingerprint = model.fingerprint;
+        self.abandon("the model is being restored");
+        let writer = Arc::clone(&self.writer);
         let _writing = writer.lock();
         let start = Instant::now();
         let manifest = if version == 0 {
             None
         } else {
-            let on_disk = state.versions();
+            let on_disk = self.versions();
             let v = on_disk
                 .iter()
                 .find(|v| v.version == version)
                 .ok_or_else(|| {
                     ShardError::FailedPrecondition(format!(
-                    "this shard has no checkpoint version {version} of model {fingerprint:016x} \
-                     (it has: {:?})",
-                    on_disk.iter().map(|v| v.version).collect::<Vec<_>>()
-                ))
+                        "this shard has no checkpoint version {version} of model \
+                         {fingerprint:016x} (it has: {:?})",
+                        on_disk.iter().map(|v| v.version).collect::<Vec<_>>()
+                    ))
                 })?;
             Some(v.manifest.clone())
         };
-        if version == model.base_version && model.stats.adjust_calls.load(Relaxed) == 0 {
+        let restored = if version == model.base_version
+            && model.stats.adjust_calls.load(Relaxed) == 0
+        {
             // Untouched since it was loaded: relabel instead of reloading.
             model.set_lineage(lineage);
+            None
         } else if version == 0 {
-            let fresh = Model::initial(model.spec.clone(), Arc::clone(&model.counts), lineage)?;
-            self.insert_loaded(fresh);
+            Some(Model::initial(
+                model.spec.clone(),
+                Arc::clone(&model.counts),
+                lineage,
+            )?)
         } else {
-            let dir = self
-                .model_dir(fingerprint)
-                .ok_or_else(|| internal("no data dir"))?;
+            let dir = dir.ok_or_else(|| internal("no data dir"))?;
             let path = dir.checkpoint_path(version);
             match load_version(&path, &model.spec, Arc::clone(&model.counts), lineage) {
-                Ok((fresh, _)) => self.insert_loaded(fresh),
+                Ok((fresh, _)) => Some(fresh),
                 Err(e) => {
                     quarantine(&path);
-                    state.on_disk.lock().retain(|v| v.version != version);
+                    self.on_disk.lock().retain(|v| v.version != version);
                     return Err(ShardError::FailedPrecondition(format!(
                         "cannot restore version {version}: {e}; it was set aside, restore an older one"
                     )));
                 }
             }
-        }
-        state.on_disk.lock().retain(|v| v.version <= version);
-        if let Some(dir) = self.model_dir(fingerprint) {
+        };
+        self.on_disk.lock().retain(|v| v.version <= version);
+        if let Some(dir) = dir {
             dir.remove_versions(|v| v > version).map_err(internal)?;
         }
-        *state.finished.lock() = manifest
+        *self.finished.lock() = manifest
             .as_deref()
             .map(finished_workers)
             .unwrap_or_default();
@@ -660,19 +599,12 @@ impl ShardCore {
             seconds = start.elapsed().as_secs_f64(),
             "model restored"
         );
-        Ok(true)
+        Ok(restored)
     }
 
-    /// Waits for every checkpoint being written (on shutdown).
-    pub fn wait_for_writes(&self) {
-        let writers: Vec<_> = self
-            .checkpoints
-            .iter()
-            .map(|c| Arc::clone(&c.writer))
-            .collect();
-        for w in writers {
-            drop(w.lock());
-        }
+    /// Waits for the checkpoint being written, if any (on shutdown).
+    pub fn wait_for_write(&self) {
+        drop(self.writer.lock());
     }
 }
 

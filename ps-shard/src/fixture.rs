@@ -1,8 +1,8 @@
 //! A small model for the crate's unit tests: 6 words, dimension 8, 3 negatives.
 
 use crate::model::Model;
-use colonnade_common::model::ModelSpec;
-use colonnade_proto::{Matrix, ShardSpec};
+use colonnade_common::model::{Matrix, ModelSpec, Objective, ShardSpec};
+use colonnade_proto::Minibatch;
 use std::ops::Range;
 
 pub const COUNTS: [u64; 6] = [50, 40, 30, 20, 10, 5];
@@ -17,10 +17,21 @@ pub fn spec(cols: Range<u32>) -> ShardSpec {
             negative: 3,
             sampling_power: 0.75,
             init_seed: 5,
-            cbow: false,
+            objective: Objective::SkipGram,
         },
         col_start: cols.start,
         col_end: cols.end,
+    }
+}
+
+/// A minibatch of explicit pairs: per input, its count of context words.
+pub fn minibatch(seed: u64, inputs: &[u32], counts: &[u32], outputs: &[u32]) -> Minibatch {
+    Minibatch {
+        seed,
+        inputs: inputs.to_vec(),
+        context_counts: counts.to_vec(),
+        outputs: outputs.to_vec(),
+        ..Minibatch::default()
     }
 }
 

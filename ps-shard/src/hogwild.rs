@@ -52,13 +52,14 @@
 )]
 
 use colonnade_common::kernels::prefetch;
-use colonnade_proto::RowLayout;
+use colonnade_common::model::ShardSpec;
 use memmap2::MmapMut;
 use parking_lot::lock_api::RawMutex as _;
 use parking_lot::{Mutex, RawMutex};
+use std::collections::HashMap;
 use std::ops::Range;
 use std::ptr::NonNull;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 /// Gives the heap's free memory back to the system. glibc keeps large
 /// freed blocks in the process (its mmap threshold rises after the first
@@ -86,11 +87,90 @@ pub fn map_large_blocks() {
     }
 }
 
+/// Bytes of a packed row's lock slot on a shard (keeps the cells f32-aligned).
+pub const ROW_LOCK_BYTES: u64 = 4;
+
+/// Bytes of a row's lock when the locks are kept apart from the rows.
+pub const ROW_LOCK_APART_BYTES: u64 = 1;
+
+/// Where a shard's rows of `width` f32 cells keep their cells and their lock
+/// (every column its matrices hold: a process's slice, or the whole vector
+/// of in-process shards side by side).
+///
+/// Packed (most widths): each row is a 4-byte lock slot, then its cells, so
+/// the lock shares the row's first cache line; rows start at every 4-byte
+/// offset. Where the cells fill whole 64-byte cache lines (a multiple of 16
+/// columns: graphs' d = 128, d = 64 or 256, 32-column slices), a 4-byte
+/// slot would push every row onto one more line than its cells need and
+/// make half of its 32-byte loads straddle two lines; those rows are
+/// aligned to 64 bytes with no slot, and their 1-byte locks are an array of
+/// their own after the rows. A lock array costs one more cache line per row
+/// visit, which narrow packed rows cannot pay back, so they stay packed
+/// (docs/benchmarks.md, "Rows of whole cache lines").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RowLayout {
+    /// Bytes from one row's start to the next.
+    pub stride: u64,
+    /// Bytes from a row's start to its first cell.
+    pub cells_at: u64,
+    /// Whether the locks are an array apart (else each is in its row's slot).
+    pub locks_apart: bool,
+}
+
+impl RowLayout {
+    /// The layout of rows of `width` cells.
+    pub fn of(width: u32) -> Self {
+        let cells = u64::from(width) * 4;
+        if width > 0 && cells % 64 == 0 {
+            Self {
+                stride: cells,
+                cells_at: 0,
+                locks_apart: true,
+            }
+        } else {
+            Self {
+                stride: cells + ROW_LOCK_BYTES,
+                cells_at: ROW_LOCK_BYTES,
+                locks_apart: false,
+            }
+        }
+    }
+
+    /// Bytes per row in all: its stride, and its lock if kept apart.
+    pub fn row_bytes(&self) -> u64 {
+        self.stride
+            + if self.locks_apart {
+                ROW_LOCK_APART_BYTES
+            } else {
+                0
+            }
+    }
+}
+
+/// Bytes of the two matrices `spec` needs on a shard: per row its cells and
+/// its lock ([`RowLayout`]).
+pub fn matrix_bytes(spec: &ShardSpec) -> u64 {
+    let row = RowLayout::of(spec.col_end.saturating_sub(spec.col_start)).row_bytes();
+    2 * spec.model.vocab_size.saturating_mul(row)
+}
+
+/// Bytes a model of `spec` holds on a shard: its two matrices, its sampler's
+/// table and its counts (at most 8 bytes a word each).
+pub fn held_bytes(spec: &ShardSpec) -> u64 {
+    matrix_bytes(spec).saturating_add(spec.model.vocab_size.saturating_mul(16))
+}
+
+/// Bytes creating a model of `spec` takes at the peak: [`held_bytes`] and
+/// the counts as they arrive (8 bytes a word).
+pub fn creation_bytes(spec: &ShardSpec) -> u64 {
+    held_bytes(spec).saturating_add(spec.model.vocab_size.saturating_mul(8))
+}
+
 /// Alignment of the rows: one transparent huge page.
 const HUGE_PAGE: usize = 2 << 20;
 
 // A lock kept apart takes the bytes the sizing formula gives it.
-const _: () = assert!(size_of::<RawMutex>() as u64 == colonnade_proto::ROW_LOCK_APART_BYTES);
+const _: () = assert!(size_of::<RawMutex>() as u64 == ROW_LOCK_APART_BYTES);
 
 /// The memory of `rows × width` cells and their row locks, shared by the
 /// views ([`HogwildMatrix`]) of its column ranges, and the ranges they claim.
@@ -419,9 +499,89 @@ impl HogwildMatrix {
     }
 }
 
+/// The shards of one process (`colonnade train --embedded-shards`) keep each
+/// model's column slices side by side in one allocation per matrix: a row's
+/// slices then share cache lines, pages and one lock, and [`crate::whole::WholeVectors`] steps a
+/// minibatch in one visit per row across them. Each shard's model is a view
+/// of its columns ([`SharedRows::claim`]); the memory goes when the last
+/// view does.
+#[derive(Default)]
+pub struct Siblings {
+    /// Per model fingerprint: its u and v rows, while any view holds them.
+    models: Mutex<HashMap<u64, SharedPair>>,
+}
+
+/// A model's u and v rows, held by its shards' views.
+type SharedPair = (Weak<SharedRows>, Weak<SharedRows>);
+
+impl Siblings {
+    /// Views of columns `cols` of model `fingerprint`'s u and v (`rows` ×
+    /// `width`, zero), shared with its other shards in this process; `None`
+    /// when a view already holds one of these columns (a shard that dropped
+    /// the model and creates it again): that shard then keeps its own.
+    pub fn matrices(
+        &self,
+        fingerprint: u64,
+        rows: usize,
+        width: usize,
+        cols: Range<usize>,
+    ) -> std::io::Result<Option<(HogwildMatrix, HogwildMatrix)>> {
+        let mut models = self.models.lock();
+        models.retain(|_, (u, v)| u.strong_count() > 0 && v.strong_count() > 0);
+        let held = models
+            .get(&fingerprint)
+            .and_then(|(u, v)| Some((u.upgrade()?, v.upgrade()?)))
+            .filter(|(u, v)| u.shape() == (rows, width) && v.shape() == (rows, width));
+        let (u, v) = match held {
+            Some(pair) => pair,
+            None => {
+                let pair = (
+                    SharedRows::zeroed(rows, width)?,
+                    SharedRows::zeroed(rows, width)?,
+                );
+                models.insert(
+                    fingerprint,
+                    (Arc::downgrade(&pair.0), Arc::downgrade(&pair.1)),
+                );
+                pair
+            }
+        };
+        Ok(u.claim(cols.clone()).zip(v.claim(cols)))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rows_of_whole_cache_lines_keep_their_locks_apart() {
+        // (width, bytes per row): whole lines with a 1-byte lock apart for
+        // multiples of 16 columns, a 4-byte slot in the row otherwise.
+        for (width, bytes) in [
+            (128, 513),
+            (64, 257),
+            (32, 129),
+            (16, 65),
+            (100, 404),
+            (300, 1204),
+            (75, 304),
+            (25, 104),
+            (8, 36),
+            (1, 8),
+            (0, 4),
+        ] {
+            let l = RowLayout::of(width);
+            assert_eq!(l.row_bytes(), bytes, "{width} columns");
+            let cells = u64::from(width) * 4;
+            assert_eq!(l.cells_at + cells, l.stride, "{width} columns");
+            if l.locks_apart {
+                assert_eq!((l.stride % 64, l.cells_at), (0, 0), "{width} columns");
+            } else {
+                assert_eq!(l.cells_at, ROW_LOCK_BYTES, "{width} columns");
+            }
+        }
+    }
 
     #[test]
     fn read_add_roundtrip() {

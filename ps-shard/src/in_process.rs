@@ -6,22 +6,23 @@
 //! minibatch seed); the handle keeps them from `dotprod` for its `adjust`.
 //! When the shards hold whole vectors side by side (one shard, the
 //! default, or the shards of an embedded cluster, whose slices of each row
-//! share one allocation: [`crate::model::Siblings`]), the handle sums and
+//! share one allocation: [`crate::hogwild::Siblings`]), the handle sums and
 //! weighs the dot products itself and steps each minibatch in one visit per
-//! row ([`ModelShards::fused_step`], [`Joined`]), the same model bit for bit
+//! row ([`ModelShards::fused_step`], [`WholeVectors`]), the same model bit for bit
 //! as calling each shard.
 
-use crate::model::{Joined, Model, Scratch};
+use crate::model::{Model, Scratch};
 use crate::plan::Targets;
 use crate::registry::ShardCore;
+use crate::whole::WholeVectors;
 use colonnade_proto::{CallError, Minibatch, ModelShards, ShardError};
 use std::sync::Arc;
 
 /// One pipeline's handle on the in-process shards of a model, in shard order.
 pub struct InProcessShards {
     models: Arc<[Arc<Model>]>,
-    /// The models joined, when they hold whole vectors side by side.
-    joined: Option<Arc<Joined>>,
+    /// The models as whole vectors, when they hold whole vectors side by side.
+    whole: Option<Arc<WholeVectors>>,
     /// Per minibatch of the last `dotprod`: its targets, for its `adjust`.
     targets: Vec<Targets>,
     /// The targets of the minibatch a fused step is on.
@@ -54,7 +55,7 @@ impl InProcessShards {
             })
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Self {
-            joined: Joined::of(&models).map(Arc::new),
+            whole: WholeVectors::of(&models).map(Arc::new),
             models: models.into(),
             targets: Vec::new(),
             fused_targets: Targets::default(),
@@ -79,7 +80,7 @@ impl ModelShards for InProcessShards {
     fn pipeline(&self) -> Self {
         Self {
             models: Arc::clone(&self.models),
-            joined: self.joined.clone(),
+            whole: self.whole.clone(),
             targets: Vec::new(),
             fused_targets: Targets::default(),
             scratch: Scratch::default(),
@@ -146,7 +147,7 @@ impl ModelShards for InProcessShards {
         Ok(())
     }
 
-    /// The shards hold whole vectors side by side ([`Joined`]): each
+    /// The shards hold whole vectors side by side ([`WholeVectors`]): each
     /// minibatch in one visit per row. Else (shards with rows of their
     /// own): false.
     async fn fused_step(
@@ -154,7 +155,7 @@ impl ModelShards for InProcessShards {
         mbs: &[Minibatch],
         dots: &mut Vec<f32>,
     ) -> Result<bool, CallError> {
-        let Some(joined) = &self.joined else {
+        let Some(whole) = &self.whole else {
             return Ok(false);
         };
         // A later `adjust` must not take these targets for a `dotprod`'s.
@@ -165,7 +166,7 @@ impl ModelShards for InProcessShards {
         for mb in mbs {
             model
                 .draw_targets(mb, &mut targets)
-                .and_then(|()| joined.fused(mb, &targets, &mut self.scratch, &mut self.part))
+                .and_then(|()| whole.fused(mb, &targets, &mut self.scratch, &mut self.part))
                 .map_err(|e| CallError::from_shard(&name(0), 0, self.models.len(), "train", e))?;
             dots.extend_from_slice(&self.part);
         }

@@ -4,22 +4,30 @@
 //! minibatches, regenerates negatives from the client's seed, and streams rows
 //! out for export.
 //!
-//! Layout, by data: [`hogwild`] is the only shared mutable state (a lock per
-//! row, with its safety argument; the shards of one process may keep a
-//! model's slices side by side in one allocation, [`model::Siblings`]); [`plan`] draws and groups a minibatch's
-//! targets; [`loops`] are the two SIMD loops over a plan; [`model`] is one
-//! model's slice and its operations; [`registry`] the models a shard holds;
-//! [`service`] the thin tonic adapter (which pairs a `dotprod` with its
-//! `adjust`), [`server`] wires it with health checks, TLS and
-//! [`observe`]'s metrics; [`in_process`] reaches
-//! a model's shards in this process through the same boundary trait the
-//! client uses over gRPC; [`checkpoints`] keeps models in a data dir
-//! (barrier, crash-safe versions, restore, load at start-up). A shard never sends vectors or gradients during
-//! training, never needs state between a `dotprod` and its `adjust` (a
-//! cached plan is an optimisation: a miss draws it again from the seed), and
-//! never changes state on a request it rejects.
+//! Layout, from the data up: [`hogwild`] is the only shared mutable state
+//! (rows with a lock each, their memory layout and size, with the safety
+//! argument; the shards of one process may keep a model's slices side by
+//! side in one allocation, [`Siblings`]); [`plan`] draws and groups a
+//! minibatch's targets; [`loops`] are the SIMD loops over a plan; [`model`]
+//! is one model's slice and its operations, [`whole`] the shards of a model
+//! holding whole vectors and their fused step; [`checkpoints`] keeps a
+//! model in a data dir (barrier, crash-safe versions, restore, load at
+//! start-up) and [`registry`] the models a shard holds, with their
+//! checkpoints; [`service`] is the thin tonic adapter (which pairs a
+//! `dotprod` with its `adjust`), [`server`] wires it with health checks, TLS,
+//! the connection limits of [`connections`] and [`observe`]'s metrics;
+//! [`in_process`] reaches a model's shards in this process through the same
+//! boundary trait the client uses over gRPC, and [`embedded`] starts the
+//! shards of a client process.
+//!
+//! A shard never sends vectors or gradients during training, never needs
+//! state between a `dotprod` and its `adjust` (a cached plan is an
+//! optimisation: a miss draws it again from the seed), and never changes
+//! state on a request it rejects.
 
 pub mod checkpoints;
+pub mod connections;
+pub mod embedded;
 #[cfg(test)]
 mod fixture;
 pub mod hogwild;
@@ -31,9 +39,12 @@ pub mod plan;
 pub mod registry;
 pub mod server;
 pub mod service;
+pub mod whole;
 
+pub use crate::embedded::EmbeddedCluster;
+pub use crate::hogwild::Siblings;
 pub use crate::in_process::InProcessShards;
-pub use crate::model::Siblings;
 pub use crate::registry::{Created, ShardCore};
 pub use crate::server::{serve, ServeOptions, SpawnedShard};
-pub use colonnade_proto::{Matrix, ShardError, ShardSpec};
+pub use colonnade_common::model::{Matrix, ShardSpec};
+pub use colonnade_proto::ShardError;

@@ -16,7 +16,7 @@ use crate::plan::row_step_scale;
 #[cfg(target_arch = "x86_64")]
 use colonnade_common::kernels::{Avx, Avx512};
 use colonnade_common::kernels::{Portable, Simd};
-use colonnade_proto::{scaled_weight, DIVERGED_DOT};
+use colonnade_common::sgns::applied_weight;
 use multiversion::multiversion;
 use multiversion::target::match_target;
 
@@ -147,19 +147,10 @@ pub(crate) fn dotprod_loop<'a>(work: Work<'a>, dots: &'a mut [f32]) {
 
 #[inline(always)]
 fn dotprod_body<K: Simd>(k: K, work: Work<'_>, dots: &mut [f32]) {
-    let Work {
-        u,
-        v,
-        inputs,
-        contexts,
-        plan,
-        groups,
-        u_rows,
-    } = work;
-    let cols = u.cols();
-    read_input_rows(u, inputs, contexts, u_rows);
-    let u_rows = &*u_rows;
-    for (x, run) in RowRuns::new(v, plan, groups) {
+    let (v, cols) = (work.v, work.u.cols());
+    read_input_rows(work.u, work.inputs, work.contexts, work.u_rows);
+    let u_rows = &*work.u_rows;
+    for (x, run) in RowRuns::new(v, work.plan, work.groups) {
         v.with_row(x, |row| {
             for &(t, p) in run {
                 let p = p as usize;
@@ -189,15 +180,8 @@ pub(crate) struct Steps<'a> {
 /// [`dotprod_loop`].
 #[multiversion(targets("x86_64+avx2+fma", "x86_64+avx", "aarch64+neon"))]
 pub(crate) fn adjust_loop<'a>(work: Work<'a>, steps: Steps<'a>) {
-    let Work {
-        u,
-        v,
-        inputs,
-        contexts,
-        plan,
-        groups,
-        u_rows,
-    } = work;
+    let (u, v, inputs, contexts) = (work.u, work.v, work.inputs, work.contexts);
+    let u_rows = work.u_rows;
     let Steps {
         weights,
         input_scale,
@@ -208,7 +192,7 @@ pub(crate) fn adjust_loop<'a>(work: Work<'a>, steps: Steps<'a>) {
     let k = Portable; // adjust only needs axpy, which LLVM vectorizes fully
     read_input_rows(u, inputs, contexts, u_rows);
     let u_rows = &*u_rows;
-    for (x, run) in RowRuns::new(v, plan, groups) {
+    for (x, run) in RowRuns::new(v, work.plan, work.groups) {
         let scale = row_step_scale(run.len() as u64, cap);
         v.with_row_mut(x, |row| {
             update_row(k, row, scale, run, weights, u_rows, u_delta, v_delta)
@@ -351,11 +335,7 @@ macro_rules! fused_body {
                 run_dots(k, run, u_rows, ends, row, dots);
                 for &(t, _) in run {
                     let (t, f) = (t as usize, dots[t as usize]);
-                    weights[t] = if f.abs() <= DIVERGED_DOT {
-                        alpha * scaled_weight(f, t % per_pair == 0)
-                    } else {
-                        0.0
-                    };
+                    weights[t] = alpha * applied_weight(f, t % per_pair == 0);
                 }
                 update_row(a, row, scale, run, weights, u_rows, u_delta, v_delta)
             });
@@ -372,7 +352,8 @@ macro_rules! fused_body {
 /// products) in between: a row's dot products read u as the call
 /// found it (`u_rows`) and the row before its own update, as `dotprod` did
 /// (each row is visited once, and u is updated after all rows); the same
-/// kernels compute them. A dot product beyond [`DIVERGED_DOT`] (or NaN)
+/// kernels compute them. A diverged dot product (beyond
+/// `colonnade_common::sgns::DIVERGED_DOT`, or NaN)
 /// adds no update; the caller fails the run on it.
 pub(crate) fn fused_loop<'a>(work: Work<'a>, steps: FusedSteps<'a>) {
     // AVX-512 only when every shard's partial dot product starts on a

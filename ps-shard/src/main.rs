@@ -1,7 +1,7 @@
 use anyhow::Context;
 use clap::Parser;
-use colonnade_ps_shard::service::Tokens;
 use colonnade_ps_shard::{serve, ServeOptions, ShardCore};
+use colonnade_setup::Tokens;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,9 +34,9 @@ struct Args {
     #[arg(long, env = "COLONNADE_SHARD_DATA_DIR")]
     data_dir: Option<std::path::PathBuf>,
     #[command(flatten)]
-    log: colonnade_common::config::LogArgs,
+    log: colonnade_setup::log::LogArgs,
     #[command(flatten)]
-    auth: colonnade_common::config::AuthArgs,
+    auth: colonnade_setup::AuthArgs,
     /// File holding the token admin calls (DropModel) need instead of the
     /// cluster token, so that workers holding the cluster token cannot drop
     /// models. Without it, admin calls take the cluster token.
@@ -87,15 +87,15 @@ struct Args {
 
 fn main() -> std::process::ExitCode {
     colonnade_ps_shard::hogwild::map_large_blocks();
-    colonnade_common::config::unset_empty_env();
+    colonnade_setup::env::unset_empty_env();
     let args = Args::parse();
-    colonnade_common::config::init_logging(args.log.log_format);
+    colonnade_setup::log::init(args.log.log_format);
     let result = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("cannot start the async runtime")
         .and_then(|rt| rt.block_on(run(args)));
-    colonnade_common::config::exit_code(result)
+    colonnade_setup::env::exit_code(result)
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {
@@ -114,13 +114,13 @@ async fn run(args: Args) -> anyhow::Result<()> {
         admin: args
             .admin_token_file
             .as_deref()
-            .map(colonnade_common::config::read_token)
+            .map(colonnade_setup::auth::read_token)
             .transpose()
             .map_err(anyhow::Error::msg)?,
     };
     let tls = match (&args.tls_cert, &args.tls_key) {
         (Some(cert), Some(key)) => Some(
-            colonnade_proto::tls::server_config(cert, key, args.tls_ca.as_deref())
+            colonnade_setup::tls::server_config(cert, key, args.tls_ca.as_deref())
                 .map_err(anyhow::Error::msg)?,
         ),
         (None, None) if args.tls_ca.is_some() => {
@@ -154,7 +154,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         );
     }
     if let Some(addr) = args.metrics_listen {
-        colonnade_common::config::serve_metrics(addr).map_err(anyhow::Error::msg)?;
+        colonnade_setup::metrics::serve(addr).map_err(anyhow::Error::msg)?;
     }
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await

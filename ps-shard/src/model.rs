@@ -4,17 +4,16 @@
 //! for export. Every minibatch is validated completely before any state is
 //! touched, so a rejected request leaves the model unchanged.
 
-use crate::hogwild::{HogwildMatrix, SharedRows};
-use crate::loops::{adjust_loop, dotprod_loop, fused_loop, Contexts, FusedSteps, Steps, Work};
+use crate::hogwild::{HogwildMatrix, Siblings};
+use crate::loops::{adjust_loop, dotprod_loop, Contexts, Steps, Work};
 use crate::plan::Targets;
 use colonnade_common::init::init_input_row;
+use colonnade_common::model::{Matrix, ShardSpec};
 use colonnade_common::sampler::AliasSampler;
 use colonnade_proto::domain::invalid_argument as invalid;
-use colonnade_proto::{Matrix, Minibatch, ShardError, ShardSpec};
-use std::collections::HashMap;
-use std::ops::Range;
+use colonnade_proto::{validate_spec, Minibatch, ShardError};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 
 #[derive(Default)]
 pub struct ModelStats {
@@ -27,8 +26,8 @@ pub struct ModelStats {
 pub struct Model {
     pub spec: ShardSpec,
     pub fingerprint: u64,
-    u: HogwildMatrix,
-    v: HogwildMatrix,
+    pub(crate) u: HogwildMatrix,
+    pub(crate) v: HogwildMatrix,
     sampler: AliasSampler,
     /// The word counts the sampler was built from (kept to rebuild the
     /// initial state, and to write them next to checkpoints).
@@ -52,23 +51,23 @@ pub struct Scratch {
     /// One output row's accumulated Δv.
     v_delta: LineBuf,
     /// A fused step's weights, per dot product.
-    weights: Vec<f32>,
+    pub(crate) weights: Vec<f32>,
 }
 
 /// The scratch slices of one call that steps rows: per input position its
 /// u row (to be read) and its Δu (zeroed), one output row's Δv, and a
 /// fused step's weights.
-struct StepScratch<'a> {
-    u_rows: &'a mut [f32],
-    u_delta: &'a mut [f32],
-    v_delta: &'a mut [f32],
-    weights: &'a mut [f32],
+pub(crate) struct StepScratch<'a> {
+    pub u_rows: &'a mut [f32],
+    pub u_delta: &'a mut [f32],
+    pub v_delta: &'a mut [f32],
+    pub weights: &'a mut [f32],
 }
 
 impl Scratch {
     /// The buffers of a call that steps rows of `cols` columns for `inputs`
     /// input positions (a fused call sizes `weights` first).
-    fn for_steps(&mut self, inputs: usize, cols: usize) -> StepScratch<'_> {
+    pub(crate) fn for_steps(&mut self, inputs: usize, cols: usize) -> StepScratch<'_> {
         StepScratch {
             u_rows: self.u_rows.lend(inputs * cols, false),
             u_delta: self.u_delta.lend(inputs * cols, true),
@@ -80,7 +79,7 @@ impl Scratch {
 
 /// A reusable f32 buffer lent as a slice that starts on a 64-byte boundary:
 /// scratch rows of a multiple of 16 columns then fill whole cache lines, as
-/// the matrices' rows do ([`colonnade_proto::RowLayout`]), and no 32-byte
+/// the matrices' rows do ([`crate::hogwild::RowLayout`]), and no 32-byte
 /// load from them straddles two lines. Its values are not kept from one
 /// loan to the next.
 #[derive(Default)]
@@ -127,7 +126,7 @@ impl Model {
         lineage: u64,
         siblings: Option<&Siblings>,
     ) -> Result<Self, ShardError> {
-        spec.validate()?;
+        validate_spec(&spec)?;
         if counts.len() as u64 != spec.model.vocab_size {
             return Err(invalid(format!(
                 "field `counts`: {} counts for vocab_size {}",
@@ -222,7 +221,7 @@ impl Model {
         self.u.memory_bytes() + self.v.memory_bytes() + self.sampler.memory_bytes()
     }
 
-    fn negative(&self) -> usize {
+    pub(crate) fn negative(&self) -> usize {
         self.spec.model.negative as usize
     }
 
@@ -234,13 +233,10 @@ impl Model {
     /// [`Model::adjust`].
     pub fn draw_targets(&self, mb: &Minibatch, targets: &mut Targets) -> Result<(), ShardError> {
         mb.validate(self.spec.model.vocab_size)?;
-        let objective = |cbow| if cbow { "CBOW" } else { "skip-gram" };
-        if mb.cbow != self.spec.model.cbow {
+        if mb.objective != self.spec.model.objective {
             return Err(invalid(format!(
                 "field `cbow`: a {} minibatch for model {:016x}, which trains {}",
-                objective(mb.cbow),
-                self.fingerprint,
-                objective(self.spec.model.cbow)
+                mb.objective, self.fingerprint, self.spec.model.objective
             )));
         }
         targets.draw(&self.sampler, self.negative(), self.fingerprint, mb);
@@ -253,7 +249,7 @@ impl Model {
     }
 
     /// Refuses targets that were not drawn for `mb` on this model.
-    fn check_targets(&self, mb: &Minibatch, t: &Targets) -> Result<(), ShardError> {
+    pub(crate) fn check_targets(&self, mb: &Minibatch, t: &Targets) -> Result<(), ShardError> {
         if self.targets_fit(mb, t) {
             return Ok(());
         }
@@ -402,7 +398,7 @@ impl Model {
 }
 
 /// What the loops read of a validated minibatch and its plan.
-fn work<'a>(
+pub(crate) fn work<'a>(
     u: &'a HogwildMatrix,
     v: &'a HogwildMatrix,
     mb: &'a Minibatch,
@@ -413,7 +409,7 @@ fn work<'a>(
         u,
         v,
         inputs: &mb.inputs,
-        contexts: mb.cbow.then_some(Contexts {
+        contexts: mb.objective.is_cbow().then_some(Contexts {
             counts: &mb.context_counts,
             words: &mb.outputs,
         }),
@@ -423,166 +419,14 @@ fn work<'a>(
     }
 }
 
-/// The shards of one process (`colonnade train --embedded-shards`) keep each
-/// model's column slices side by side in one allocation per matrix: a row's
-/// slices then share cache lines, pages and one lock, and [`Joined`] steps a
-/// minibatch in one visit per row across them. Each shard's model is a view
-/// of its columns ([`SharedRows::claim`]); the memory goes when the last
-/// view does.
-#[derive(Default)]
-pub struct Siblings {
-    /// Per model fingerprint: its u and v rows, while any view holds them.
-    models: parking_lot::Mutex<HashMap<u64, SharedPair>>,
-}
-
-/// A model's u and v rows, held by its shards' views.
-type SharedPair = (Weak<SharedRows>, Weak<SharedRows>);
-
-impl Siblings {
-    /// Views of columns `cols` of model `fingerprint`'s u and v (`rows` ×
-    /// `width`, zero), shared with its other shards in this process; `None`
-    /// when a view already holds one of these columns (a shard that dropped
-    /// the model and creates it again): that shard then keeps its own.
-    pub fn matrices(
-        &self,
-        fingerprint: u64,
-        rows: usize,
-        width: usize,
-        cols: Range<usize>,
-    ) -> std::io::Result<Option<(HogwildMatrix, HogwildMatrix)>> {
-        let mut models = self.models.lock();
-        models.retain(|_, (u, v)| u.strong_count() > 0 && v.strong_count() > 0);
-        let held = models
-            .get(&fingerprint)
-            .and_then(|(u, v)| Some((u.upgrade()?, v.upgrade()?)))
-            .filter(|(u, v)| u.shape() == (rows, width) && v.shape() == (rows, width));
-        let (u, v) = match held {
-            Some(pair) => pair,
-            None => {
-                let pair = (
-                    SharedRows::zeroed(rows, width)?,
-                    SharedRows::zeroed(rows, width)?,
-                );
-                models.insert(
-                    fingerprint,
-                    (Arc::downgrade(&pair.0), Arc::downgrade(&pair.1)),
-                );
-                pair
-            }
-        };
-        Ok(u.claim(cols.clone()).zip(v.claim(cols)))
-    }
-}
-
-/// Shards of one model, in shard order, whose column slices together are
-/// whole vectors: one shard holding them all, or in-process shards whose
-/// views share one allocation ([`Siblings`]), each starting where the one
-/// before it ends. [`Joined::fused`] steps a minibatch on them in one visit
-/// per row.
-pub struct Joined {
-    models: Vec<Arc<Model>>,
-    /// Every column of the shared rows.
-    u: HogwildMatrix,
-    v: HogwildMatrix,
-    /// Where each shard's columns end.
-    ends: Vec<usize>,
-}
-
-impl Joined {
-    /// `models` joined, if they hold whole vectors side by side.
-    pub fn of(models: &[Arc<Model>]) -> Option<Self> {
-        let first = models.first()?;
-        let dim = first.spec.model.dim as usize;
-        let mut ends = Vec::with_capacity(models.len());
-        let mut at = 0;
-        for m in models {
-            let side_by_side = m.fingerprint == first.fingerprint
-                && m.u.same_rows(&first.u)
-                && m.v.same_rows(&first.v)
-                && m.u.col_offset() == at
-                && m.v.col_offset() == at
-                && m.spec.col_start as usize == at;
-            if !side_by_side {
-                return None;
-            }
-            at += m.u.cols();
-            ends.push(at);
-        }
-        let (u, v) = (first.u.whole(), first.v.whole());
-        (at == dim && u.cols() == dim && v.cols() == dim).then(|| Self {
-            models: models.to_vec(),
-            u,
-            v,
-            ends,
-        })
-    }
-
-    /// The shards' [`Model::dotprod`], a client's weights (α ×
-    /// [`colonnade_proto::scaled_weight`] of the summed dot products) and
-    /// their [`Model::adjust`] of `mb` in one visit per row; `dots` gets
-    /// the summed dot products, pair-major. Bit for bit the calls on each
-    /// shard with the client's weights in between
-    /// (`client/tests/determinism.rs` compares it with shards over gRPC).
-    pub fn fused(
-        &self,
-        mb: &Minibatch,
-        targets: &Targets,
-        s: &mut Scratch,
-        dots: &mut Vec<f32>,
-    ) -> Result<(), ShardError> {
-        let first = &self.models[0];
-        first.check_targets(mb, targets)?;
-        let cols = self.u.cols();
-        dots.clear();
-        dots.resize(targets.len(), 0.0);
-        s.weights.resize(targets.len(), 0.0);
-        let StepScratch {
-            u_rows,
-            u_delta,
-            v_delta,
-            weights,
-        } = s.for_steps(mb.inputs.len(), cols);
-        fused_loop(
-            work(&self.u, &self.v, mb, targets, u_rows),
-            FusedSteps {
-                alpha: mb.alpha,
-                per_pair: first.negative() + 1,
-                input_scale: &targets.input_scale,
-                cap: targets.cap,
-                dots,
-                weights,
-                u_delta,
-                v_delta,
-                ends: &self.ends,
-            },
-        );
-        for m in &self.models {
-            m.stats.dotprod_calls.fetch_add(1, Relaxed);
-            m.stats.adjust_calls.fetch_add(1, Relaxed);
-            m.stats.pairs_adjusted.fetch_add(mb.pairs() as u64, Relaxed);
-        }
-        Ok(())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fixture::{snapshot, spec, COUNTS};
-    use colonnade_common::sgns::sigmoid;
+    use crate::fixture::{minibatch, snapshot, spec, COUNTS};
+    use colonnade_common::model::Objective;
 
     fn model() -> Model {
         Model::new(spec(0..8), &COUNTS).expect("model")
-    }
-
-    fn minibatch(seed: u64, inputs: &[u32], counts: &[u32], outputs: &[u32]) -> Minibatch {
-        Minibatch {
-            seed,
-            inputs: inputs.to_vec(),
-            context_counts: counts.to_vec(),
-            outputs: outputs.to_vec(),
-            ..Minibatch::default()
-        }
     }
 
     #[test]
@@ -625,16 +469,16 @@ mod tests {
     fn a_minibatch_of_the_other_objective_is_refused() {
         let m = model();
         let mut mb = minibatch(1, &[0, 1], &[2, 1], &[1, 2, 3]);
-        mb.cbow = true;
+        mb.objective = Objective::Cbow;
         let mut t = Targets::default();
         let e = m.draw_targets(&mb, &mut t).expect_err("CBOW on skip-gram");
         assert!(e.to_string().contains("field `cbow`"), "{e}");
         let mut spec = spec(0..8);
-        spec.model.cbow = true;
+        spec.model.objective = Objective::Cbow;
         let cbow = Model::new(spec, &COUNTS).expect("model");
         cbow.draw_targets(&mb, &mut t).expect("CBOW on CBOW");
         assert_eq!(t.len(), 2 * 4, "one example per input position");
-        mb.cbow = false;
+        mb.objective = Objective::SkipGram;
         assert!(!cbow.targets_fit(&mb, &t));
         assert!(cbow.draw_targets(&mb, &mut t).is_err());
     }
@@ -653,132 +497,6 @@ mod tests {
         assert_eq!(t.len(), 3 * 4);
     }
 
-    /// Steps the same minibatches fused on `joined` and call by call on
-    /// `split` (shard order, partial dot products summed as a client does,
-    /// its half-float weights); both must stay equal bit for bit.
-    fn fused_matches_split(joined: &Joined, split: &[Model], cbow: bool) {
-        let (mut t, mut s, mut dots) = (Targets::default(), Scratch::default(), Vec::new());
-        let (mut part, mut summed, mut weights) = (Vec::new(), Vec::new(), Vec::new());
-        let joined_state = || {
-            joined
-                .models
-                .iter()
-                .map(|m| snapshot(m))
-                .collect::<Vec<_>>()
-        };
-        let split_state = || split.iter().map(snapshot).collect::<Vec<_>>();
-        let before = split_state();
-        assert_eq!(joined_state(), before, "the same initial state");
-        // Several steps, so v is no longer zero and every weight matters.
-        for seed in 0..6u64 {
-            let mut mb = minibatch(seed, &[0, 1, 5], &[2, 1, 3], &[1, 2, 3, 4, 0, 5]);
-            mb.alpha = 0.5;
-            mb.cbow = cbow;
-            split[0].draw_targets(&mb, &mut t).expect("targets");
-            joined.fused(&mb, &t, &mut s, &mut dots).expect("fused");
-            for (i, m) in split.iter().enumerate() {
-                m.dotprod(&mb, &t, &mut s, &mut part).expect("dotprod");
-                if i == 0 {
-                    summed.clone_from(&part);
-                } else {
-                    summed.iter_mut().zip(&part).for_each(|(a, x)| *a += x);
-                }
-            }
-            assert_eq!(dots, summed, "step {seed}: dot products");
-            let per_pair = split[0].negative() + 1;
-            weights.clear();
-            weights.extend(summed.iter().enumerate().map(|(i, &f)| {
-                // What a client computes: the half-float G/α, times α.
-                let g = if i % per_pair == 0 {
-                    1.0 - sigmoid(f)
-                } else {
-                    -sigmoid(f)
-                };
-                mb.alpha * colonnade_proto::wire_scaled_weight(g)
-            }));
-            for m in split {
-                m.adjust(&mb, &t, &weights, &mut s).expect("adjust");
-            }
-            assert_eq!(joined_state(), split_state(), "step {seed}: model");
-        }
-        assert!(split_state() != before, "the steps changed the model");
-    }
-
-    #[test]
-    fn fused_step_is_dotprod_weights_adjust_bit_for_bit() {
-        let dim = spec(0..8).model.dim;
-        let whole = || Model::new(spec(0..dim), &COUNTS).expect("model");
-        let joined = Joined::of(&[Arc::new(whole())]).expect("one shard holds whole vectors");
-        fused_matches_split(&joined, &[whole()], false);
-        // A column slice's dot products are partial: it cannot weigh them.
-        let slice = Arc::new(Model::new(spec(0..dim / 2), &COUNTS).expect("model"));
-        assert!(Joined::of(&[slice]).is_none());
-    }
-
-    /// Rows of whole cache lines (32 columns, and two 16-column siblings):
-    /// on a CPU with AVX-512F the fused loop's dot products take 512-bit
-    /// loads there, the split loops' 256-bit ones, bit for bit the same.
-    #[test]
-    fn fused_step_on_rows_of_whole_lines_is_the_split_step_bit_for_bit() {
-        let wide = |r: Range<u32>| {
-            let mut s = spec(r);
-            s.model.dim = 32;
-            s
-        };
-        let whole = || Model::new(wide(0..32), &COUNTS).expect("model");
-        let joined = Joined::of(&[Arc::new(whole())]).expect("one shard holds whole vectors");
-        assert!(joined.models[0].v.lines_aligned(), "rows of whole lines");
-        fused_matches_split(&joined, &[whole()], false);
-        let siblings = Siblings::default();
-        let shared: Vec<Arc<Model>> = [0..16u32, 16..32]
-            .into_iter()
-            .map(|r| {
-                let counts: Arc<[u64]> = COUNTS.into();
-                Arc::new(Model::initial_in(wide(r), counts, 0, Some(&siblings)).expect("model"))
-            })
-            .collect();
-        let own: Vec<Model> = [0..16u32, 16..32]
-            .into_iter()
-            .map(|r| Model::new(wide(r), &COUNTS).expect("model"))
-            .collect();
-        fused_matches_split(&Joined::of(&shared).expect("side by side"), &own, false);
-    }
-
-    /// In-process shards sharing rows step a minibatch fused, bit for bit
-    /// what shards of their own give call by call (skip-gram and CBOW).
-    #[test]
-    fn sibling_slices_step_fused_as_separate_shards_would() {
-        let ranges = [0..3u32, 3..5, 5..8];
-        for cbow in [false, true] {
-            let with_cbow = |r: &Range<u32>| {
-                let mut s = spec(r.clone());
-                s.model.cbow = cbow;
-                s
-            };
-            let siblings = Siblings::default();
-            let shared: Vec<Arc<Model>> = ranges
-                .iter()
-                .map(|r| {
-                    let counts: Arc<[u64]> = COUNTS.into();
-                    Arc::new(
-                        Model::initial_in(with_cbow(r), counts, 0, Some(&siblings)).expect("model"),
-                    )
-                })
-                .collect();
-            assert!(shared[1].u.same_rows(&shared[0].u), "the shards share rows");
-            let own: Vec<Model> = ranges
-                .iter()
-                .map(|r| Model::new(with_cbow(r), &COUNTS).expect("model"))
-                .collect();
-            let joined = Joined::of(&shared).expect("side by side");
-            fused_matches_split(&joined, &own, cbow);
-            // Out of order, or with a shard of its own, they are not joined.
-            assert!(Joined::of(&[Arc::clone(&shared[1]), Arc::clone(&shared[0])]).is_none());
-            let alone = Arc::new(Model::new(with_cbow(&ranges[2]), &COUNTS).expect("model"));
-            assert!(Joined::of(&[Arc::clone(&shared[0]), Arc::clone(&shared[1]), alone]).is_none());
-        }
-    }
-
     #[test]
     fn scratch_is_lent_from_64_bytes_and_zeroed_when_asked() {
         let mut b = LineBuf::default();
@@ -789,31 +507,5 @@ mod tests {
             s.fill(3.0);
             assert!(b.lend(len, true).iter().all(|&x| x == 0.0), "{len} floats");
         }
-    }
-
-    #[test]
-    fn a_column_is_never_given_to_two_sibling_views() {
-        let siblings = Siblings::default();
-        let counts: Arc<[u64]> = COUNTS.into();
-        let make = |r: Range<u32>| {
-            Model::initial_in(spec(r), Arc::clone(&counts), 0, Some(&siblings)).expect("model")
-        };
-        let (a, b) = (make(0..4), make(4..8));
-        assert!(a.u.same_rows(&b.u) && a.v.same_rows(&b.v));
-        // The same columns again (a shard that dropped the model and makes
-        // it anew): its own rows, the others' cells untouched.
-        let before = (snapshot(&a), snapshot(&b));
-        let again = make(2..6);
-        assert!(!again.u.same_rows(&a.u));
-        assert_eq!((snapshot(&a), snapshot(&b)), before);
-        // Once every view is gone, the rows go, and a new model starts afresh.
-        drop((a, b, again));
-        let c = make(0..4);
-        assert_eq!(
-            snapshot(&c),
-            snapshot(&Model::new(spec(0..4), &COUNTS).expect("model"))
-        );
-        assert_eq!(c.u.memory_bytes(), COUNTS.len() * (4 * 4 + 4));
-        assert_eq!(make(4..8).u.memory_bytes(), COUNTS.len() * 4 * 4);
     }
 }

@@ -6,8 +6,8 @@
 //! shard's state sampled every few seconds ([`sample`]). Labels come from
 //! fixed sets: a hostile request cannot add series.
 
+use crate::connections::{Activity, SlotInfo};
 use crate::registry::ShardCore;
-use crate::server::{Activity, SlotInfo};
 use http_body::{Body, Frame};
 use std::future::Future;
 use std::pin::Pin;

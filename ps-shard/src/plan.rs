@@ -3,6 +3,7 @@
 //! grouped by output row so the loops visit each row once, and the step
 //! scales of the row step cap ([`row_step_cap`]).
 
+use colonnade_common::model::Objective;
 use colonnade_common::sampler::AliasSampler;
 use colonnade_common::seeds;
 use colonnade_proto::Minibatch;
@@ -98,7 +99,7 @@ pub(crate) fn sort_by_row(keys: &mut Vec<u64>, tmp: &mut Vec<u64>) {
 pub struct Targets {
     pub(crate) fingerprint: u64,
     pub(crate) seed: u64,
-    pub(crate) cbow: bool,
+    pub(crate) objective: Objective,
     /// The minibatch's inputs, context counts and (CBOW) context words the
     /// plan was made for.
     pub(crate) inputs: Vec<u32>,
@@ -130,7 +131,7 @@ impl Targets {
     /// The positive word of each example of `mb`: skip-gram, the context
     /// words; CBOW, the input positions' own words.
     fn positives(mb: &Minibatch) -> &[u32] {
-        if mb.cbow {
+        if mb.objective.is_cbow() {
             &mb.inputs
         } else {
             &mb.outputs
@@ -164,11 +165,11 @@ impl Targets {
         let per_pair = negative + 1;
         self.fingerprint == fingerprint
             && self.seed == mb.seed
-            && self.cbow == mb.cbow
+            && self.objective == mb.objective
             && self.ids.len() == mb.examples() * per_pair
             && self.inputs == mb.inputs
             && self.context_counts == mb.context_counts
-            && (!mb.cbow || self.contexts == mb.outputs)
+            && (!mb.objective.is_cbow() || self.contexts == mb.outputs)
             && self
                 .ids
                 .iter()
@@ -180,20 +181,20 @@ impl Targets {
     /// rows by word into their step scales.
     fn group(&mut self, mb: &Minibatch, per_pair: usize) {
         let (inputs, context_counts) = (&mb.inputs, &mb.context_counts);
-        self.cbow = mb.cbow;
+        self.objective = mb.objective;
         self.inputs.clear();
         self.inputs.extend_from_slice(inputs);
         self.context_counts.clear();
         self.context_counts.extend_from_slice(context_counts);
         self.contexts.clear();
-        if mb.cbow {
+        if mb.objective.is_cbow() {
             self.contexts.extend_from_slice(&mb.outputs);
         }
         self.cap = row_step_cap(context_counts, per_pair as u32 - 1);
         // The input rows a minibatch writes: skip-gram, each position's word
         // (with all its pairs' dot products); CBOW, each context word entry
         // (with its position's 1 + negative).
-        let (rows, examples) = if mb.cbow {
+        let (rows, examples) = if mb.objective.is_cbow() {
             (&mb.outputs, None)
         } else {
             (inputs, Some(&context_counts[..]))
@@ -212,7 +213,11 @@ impl Targets {
         self.input_of_dot.clear();
         for (p, &c) in context_counts.iter().enumerate() {
             // A position's examples: CBOW one, skip-gram one per context word.
-            let examples = if mb.cbow { 1 } else { c as usize };
+            let examples = if mb.objective.is_cbow() {
+                1
+            } else {
+                c as usize
+            };
             self.input_of_dot
                 .extend(std::iter::repeat_n(p as u32, examples * per_pair));
         }

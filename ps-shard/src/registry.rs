@@ -4,9 +4,12 @@
 //! with a data dir, each model's files and checkpoints
 //! ([`crate::checkpoints`]).
 
-use crate::checkpoints::Checkpoints;
-use crate::model::{Model, Siblings};
-use colonnade_proto::{ShardError, ShardSpec};
+use crate::checkpoints::{self, Arrival, Arrived, Checkpoints};
+use crate::hogwild::Siblings;
+use crate::model::Model;
+use colonnade_checkpoint::ModelDir;
+use colonnade_common::model::ShardSpec;
+use colonnade_proto::{validate_spec, ShardError};
 use dashmap::mapref::entry::Entry;
 use dashmap::DashMap;
 use std::path::PathBuf;
@@ -17,15 +20,15 @@ use std::sync::Arc;
 #[derive(Default)]
 pub struct ShardCore {
     models: DashMap<u64, Arc<Model>>,
-    /// The memory budget of all models together ([`ShardSpec::held_bytes`]
-    /// each, and [`ShardSpec::creation_bytes`] while one is created): a model
+    /// The memory budget of all models together ([`crate::hogwild::held_bytes`]
+    /// each, and [`crate::hogwild::creation_bytes`] while one is created): a model
     /// that would pass it is refused before its counts are received.
     pub max_model_bytes: Option<u64>,
     /// Bytes reserved by creations under way.
     reserved: Arc<parking_lot::Mutex<u64>>,
     /// Where models and their checkpoints are kept (`--data-dir`).
     pub data_dir: Option<PathBuf>,
-    pub(crate) checkpoints: DashMap<u64, Arc<Checkpoints>>,
+    checkpoints: DashMap<u64, Arc<Checkpoints>>,
     /// True until the data dir is loaded: model calls answer UNAVAILABLE.
     loading: AtomicBool,
     /// The other shards of this process, whose models' rows this shard's
@@ -99,7 +102,7 @@ impl ShardCore {
 
     /// Puts `model` in place of any state of the same model (a restore or a
     /// load); calls in flight on the old state finish on it, unseen.
-    pub(crate) fn insert_loaded(&self, model: Model) {
+    fn insert_loaded(&self, model: Model) {
         self.models.insert(model.fingerprint, Arc::new(model));
     }
 
@@ -166,11 +169,11 @@ impl ShardCore {
     /// allowed).
     pub fn admit(&self, spec: &ShardSpec) -> Result<Admission, ShardError> {
         self.unavailable_while_loading()?;
-        spec.validate()?;
+        validate_spec(spec)?;
         if let Some(existing) = self.models.get(&spec.model.fingerprint()) {
             return attach(&existing, spec).map(Admission::Existing);
         }
-        let need = spec.creation_bytes();
+        let need = crate::hogwild::creation_bytes(spec);
         let mut reserved = self.reserved.lock();
         if let Some(limit) = self.max_model_bytes {
             let held = self.held_bytes();
@@ -228,9 +231,100 @@ impl ShardCore {
     pub fn drop_model(&self, fingerprint: u64) -> bool {
         let dropped = self.models.remove(&fingerprint).is_some();
         if dropped {
-            self.forget_persisted(fingerprint);
+            self.checkpoints.remove(&fingerprint);
+            if let Some(dir) = self.model_dir(fingerprint) {
+                checkpoints::forget(&dir);
+            }
         }
         dropped
+    }
+
+    fn model_dir(&self, fingerprint: u64) -> Option<ModelDir> {
+        self.data_dir
+            .as_deref()
+            .map(|d| ModelDir::new(d, fingerprint))
+    }
+
+    /// Writes a newly created model's spec and counts to the data dir, if any.
+    fn persist_created(&self, model: &Model) -> Result<(), ShardError> {
+        match self.model_dir(model.fingerprint) {
+            Some(dir) => checkpoints::persist_created(&dir, model),
+            None => Ok(()),
+        }
+    }
+
+    /// Loads every model of the data dir at its newest readable version
+    /// (see [`checkpoints::load_models`]).
+    pub fn load_data_dir(&self) -> Result<(), ShardError> {
+        let Some(root) = self.data_dir.as_deref() else {
+            return Ok(());
+        };
+        for (model, state) in checkpoints::load_models(root)? {
+            self.checkpoints.insert(model.fingerprint, Arc::new(state));
+            self.insert_loaded(model);
+        }
+        Ok(())
+    }
+
+    /// The checkpoint version a barrier of model `fingerprint` waits at (0:
+    /// none).
+    pub fn pending_checkpoint(&self, fingerprint: u64) -> u64 {
+        self.checkpoints
+            .get(&fingerprint)
+            .map_or(0, |c| c.pending())
+    }
+
+    /// The checkpoint state of model `fingerprint`.
+    pub fn checkpoints(&self, fingerprint: u64) -> Arc<Checkpoints> {
+        Arc::clone(
+            &self
+                .checkpoints
+                .entry(fingerprint)
+                .or_insert_with(|| Arc::new(Checkpoints::default())),
+        )
+    }
+
+    /// A worker arrives at a checkpoint barrier; returns once the version
+    /// is taken (or written, if durable), or the pending version to join.
+    pub async fn checkpoint(&self, a: Arrival) -> Result<Arrived, ShardError> {
+        let Some(dir) = self.model_dir(a.fingerprint) else {
+            return Err(ShardError::FailedPrecondition(
+                "this shard keeps no checkpoints: start it with --data-dir".into(),
+            ));
+        };
+        let model = self.model(a.fingerprint)?;
+        self.checkpoints(a.fingerprint).arrive(model, dir, a).await
+    }
+
+    /// Replaces model `fingerprint`'s state by checkpoint `version` (0: the
+    /// initial state) under `lineage`; removes newer versions. Returns false
+    /// when the model already is of `lineage`.
+    pub fn restore(
+        &self,
+        fingerprint: u64,
+        version: u64,
+        lineage: u64,
+    ) -> Result<bool, ShardError> {
+        let model = self.model(fingerprint)?;
+        if model.lineage() == lineage {
+            return Ok(false);
+        }
+        let dir = self.model_dir(fingerprint);
+        if let Some(fresh) =
+            self.checkpoints(fingerprint)
+                .restore(&model, dir.as_ref(), version, lineage)?
+        {
+            self.insert_loaded(fresh);
+        }
+        Ok(true)
+    }
+
+    /// Waits for every checkpoint being written (on shutdown).
+    pub fn wait_for_writes(&self) {
+        let states: Vec<_> = self.checkpoints.iter().map(|c| Arc::clone(&c)).collect();
+        for s in states {
+            s.wait_for_write();
+        }
     }
 }
 

@@ -4,10 +4,11 @@
 //! `Internal`. It pairs each `dotprod` with the `adjust` of the same
 //! minibatch: the targets a `dotprod` drew wait in a [`TargetCache`] for it.
 
-use crate::checkpoints::{Arrival, Joined};
+use crate::checkpoints::{Arrival, Arrived};
 use crate::model::{Model, Scratch};
 use crate::plan::Targets;
 use crate::registry::ShardCore;
+use colonnade_common::model::ShardSpec;
 use colonnade_proto::v1::shard_server::Shard;
 use colonnade_proto::v1::{
     self, AdjustRequest, AdjustResponse, CheckpointInfo, CheckpointRequest, CheckpointResponse,
@@ -16,7 +17,8 @@ use colonnade_proto::v1::{
     StatusRequest, StatusResponse,
 };
 use colonnade_proto::{decode_f16_scaled_into, decode_u64, encode_f32};
-use colonnade_proto::{Matrix, Minibatch, ShardError, ShardSpec, MAX_CALL_DOTS};
+use colonnade_proto::{matrix_from_wire, Minibatch, ShardError, MAX_CALL_DOTS};
+use colonnade_setup::{Scope, Tokens};
 use futures::Stream;
 use std::cell::RefCell;
 use std::future::Future;
@@ -156,88 +158,6 @@ thread_local! {
 
 /// Most minibatches one training call may carry.
 pub const MAX_BATCHES_PER_CALL: usize = 256;
-
-/// The bearer tokens a shard checks (none: every call is served). The
-/// server checks the cluster scope of every `Shard` call in an interceptor
-/// ([`Tokens::interceptor`]); the admin call checks its own scope.
-#[derive(Clone, Debug, Default)]
-pub struct Tokens {
-    /// Needed by every training, export and status call.
-    pub cluster: Option<String>,
-    /// Needed by admin calls (DropModel) instead of the cluster token, when
-    /// set; it also serves every other call.
-    pub admin: Option<String>,
-}
-
-/// Which token a call needs.
-#[derive(Clone, Copy)]
-pub enum Scope {
-    Cluster,
-    Admin,
-}
-
-impl Tokens {
-    /// Refuses a call without the token its scope needs (`UNAUTHENTICATED`),
-    /// comparing in constant time: a cluster call takes the cluster token or
-    /// the admin token, an admin call the admin token (the cluster token
-    /// when there is no admin token).
-    pub fn check(
-        &self,
-        metadata: &tonic::metadata::MetadataMap,
-        scope: Scope,
-    ) -> Result<(), Status> {
-        use subtle::ConstantTimeEq;
-        let accepted = match scope {
-            Scope::Admin => [self.admin.as_ref().or(self.cluster.as_ref()), None],
-            Scope::Cluster if self.cluster.is_none() => [None, None],
-            Scope::Cluster => [self.cluster.as_ref(), self.admin.as_ref()],
-        };
-        if accepted.iter().all(Option::is_none) {
-            return Ok(());
-        }
-        let got = metadata
-            .get("authorization")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "));
-        let Some(got) = got else {
-            return Err(Status::unauthenticated(
-                "this shard requires a bearer token and the call carried none (give it with \
-                 --auth-token-file or COLONNADE_AUTH_TOKEN)",
-            ));
-        };
-        let ok = accepted
-            .iter()
-            .flatten()
-            .fold(subtle::Choice::from(0), |ok, want| {
-                ok | got.as_bytes().ct_eq(want.as_bytes())
-            });
-        if bool::from(ok) {
-            return Ok(());
-        }
-        Err(Status::unauthenticated(match scope {
-            Scope::Cluster => {
-                "wrong bearer token (give the cluster's token with --auth-token-file or \
-                 COLONNADE_AUTH_TOKEN)"
-            }
-            Scope::Admin => {
-                "wrong bearer token for an admin call (DropModel needs this shard's \
-                 --admin-token-file token)"
-            }
-        }))
-    }
-
-    /// The cluster-scope check as a tonic interceptor, run on every call of
-    /// the service it wraps (the health service is served without it).
-    pub fn interceptor(
-        self,
-    ) -> impl FnMut(Request<()>) -> Result<Request<()>, Status> + Clone + Send + Sync + 'static
-    {
-        move |request: Request<()>| {
-            self.check(request.metadata(), Scope::Cluster)?;
-            Ok(request)
-        }
-    }
-}
 
 pub struct ShardService {
     core: Arc<ShardCore>,
@@ -495,11 +415,7 @@ impl Shard for ShardService {
             Ok(())
         })
         .await?;
-        let checkpoint_pending = self
-            .core
-            .checkpoints
-            .get(&fingerprint)
-            .map_or(0, |c| c.pending());
+        let checkpoint_pending = self.core.pending_checkpoint(fingerprint);
         Ok(Response::new(AdjustResponse { checkpoint_pending }))
     }
 
@@ -511,7 +427,7 @@ impl Shard for ShardService {
     ) -> Result<Response<RowStream>, Status> {
         let req = request.into_inner();
         let model = self.core.model(req.model_fingerprint)?;
-        let matrix = Matrix::from_wire(req.matrix)?;
+        let matrix = matrix_from_wire(req.matrix)?;
         let vocab = model.spec.model.vocab_size;
         if req.row_start > req.row_end || req.row_end > vocab {
             return Err(Status::invalid_argument(format!(
@@ -591,13 +507,13 @@ impl Shard for ShardService {
             timeout: std::time::Duration::from_millis(u64::from(req.timeout_ms.max(1))),
         };
         let resp = match self.core.checkpoint(arrival).await? {
-            Joined::Taken(t) => CheckpointResponse {
+            Arrived::Taken(t) => CheckpointResponse {
                 version: t.version,
                 joined: true,
                 pause_seconds: t.pause_seconds,
                 bytes: t.bytes,
             },
-            Joined::OtherPending(version) => CheckpointResponse {
+            Arrived::OtherPending(version) => CheckpointResponse {
                 version,
                 joined: false,
                 ..CheckpointResponse::default()

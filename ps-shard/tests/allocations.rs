@@ -169,7 +169,7 @@ fn steady_state_calls_allocate_a_fixed_handful_whatever_their_size() {
             negative: NEGATIVE,
             sampling_power: 0.75,
             init_seed: 3,
-            cbow: false,
+            objective: colonnade_common::model::Objective::SkipGram,
         },
         col_start: 0,
         col_end: COLS,

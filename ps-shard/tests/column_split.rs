@@ -7,6 +7,7 @@
 use colonnade_common::kernels::dot_scalar;
 use colonnade_common::model::place_columns;
 use colonnade_common::model::ModelSpec;
+use colonnade_common::model::Objective;
 use colonnade_proto::Minibatch;
 use colonnade_ps_shard::model::Scratch;
 use colonnade_ps_shard::plan::Targets;
@@ -23,7 +24,7 @@ fn model_spec(dim: u32, cbow: bool) -> ModelSpec {
         negative: 3,
         sampling_power: 0.75,
         init_seed: 99,
-        cbow,
+        objective: Objective::from_cbow(cbow),
     }
 }
 
@@ -97,7 +98,7 @@ proptest! {
         let (mut s, mut t) = (Scratch::default(), Targets::default());
         // Train a little first so v is not all zeros.
         let pairs = if cbow { inputs.len() } else { outputs.len() };
-        let mb = |seed| Minibatch { seed, inputs: inputs.clone(), context_counts: counts.clone(), outputs: outputs.clone(), cbow, ..Minibatch::default() };
+        let mb = |seed| Minibatch { seed, inputs: inputs.clone(), context_counts: counts.clone(), outputs: outputs.clone(), objective: Objective::from_cbow(cbow), ..Minibatch::default() };
         for core in split.iter().chain(&whole) {
             let model = core.model(fp).expect("model");
             let b = mb(seed ^ 1);

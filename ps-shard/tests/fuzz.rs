@@ -12,6 +12,7 @@
 //! and prints the tally recorded in docs/benchmarks.md.
 
 use colonnade_common::model::ModelSpec;
+use colonnade_common::model::Objective;
 use colonnade_proto::v1::shard_server::Shard;
 use colonnade_proto::v1::{self, AdjustRequest, DotprodRequest, PullRowsRequest};
 use colonnade_proto::{encode_f16, encode_u32};
@@ -44,7 +45,7 @@ fn spec(cbow: bool) -> ShardSpec {
             negative: 3,
             sampling_power: 0.75,
             init_seed: 2,
-            cbow,
+            objective: Objective::from_cbow(cbow),
         },
         col_start: 2,
         col_end: 7,

@@ -1,12 +1,14 @@
 //! Helpers shared by the client's integration tests.
 #![allow(dead_code)]
 
-use colonnade_client::shards::{create_model, model_spec, GrpcShard, GrpcShards};
+use colonnade_client::cluster::Cluster;
 use colonnade_client::stream::Source;
 use colonnade_client::train::{train, NoCheckpoints, Progress, TrainParams, TrainSummary};
-use colonnade_common::model::{column_range, place_columns};
-use colonnade_common::vocab::{Counter, Vocab};
+use colonnade_common::model::{place_columns, ModelSpec, Objective};
+use colonnade_common::vocab::{Counter, Vocab, VocabCounts};
+use colonnade_proto::ModelShards;
 use colonnade_ps_shard::{InProcessShards, Matrix, ShardCore, ShardSpec, Siblings, SpawnedShard};
+use colonnade_setup::Connector;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -50,47 +52,74 @@ pub fn params(seed: u64) -> TrainParams {
         num_workers: 1,
         max_sentence: 1000,
         invalid_utf8: Default::default(),
-        cbow: false,
+        objective: Objective::SkipGram,
     }
 }
 
 pub const DIM: u32 = 12;
 
-/// `n` shards serving gRPC on loopback, and connections to them.
-pub async fn grpc_cluster(n: usize) -> (Vec<SpawnedShard>, Vec<GrpcShard>) {
+/// The model of `p` on `counts`, `DIM` wide, as `colonnade train` makes it.
+pub fn spec_of(counts: &VocabCounts, p: &TrainParams) -> ModelSpec {
+    ModelSpec {
+        vocab_fingerprint: counts.fingerprint(),
+        vocab_size: counts.len() as u64,
+        dim: DIM,
+        negative: p.negative,
+        sampling_power: 0.75,
+        init_seed: p.seed,
+        objective: p.objective,
+    }
+}
+
+/// `n` shards serving gRPC on loopback, and a cluster connected to them.
+pub async fn grpc_cluster(n: usize) -> (Vec<SpawnedShard>, Cluster) {
     let mut spawned = Vec::new();
-    let mut shards = Vec::new();
     for _ in 0..n {
         let s = SpawnedShard::start(([127, 0, 0, 1], 0).into(), 2, None)
             .await
             .expect("start shard");
-        shards.push(
-            GrpcShard::connect(&s.endpoint(), Duration::from_secs(5))
-                .await
-                .expect("connect"),
-        );
         spawned.push(s);
     }
-    (spawned, shards)
+    let endpoints: Vec<String> = spawned.iter().map(SpawnedShard::endpoint).collect();
+    let cluster = Cluster::connect(&Connector::default(), &endpoints, Duration::from_secs(5))
+        .await
+        .expect("connect");
+    (spawned, cluster)
 }
 
-/// Creates the model on `shards` and trains over gRPC; returns the
+/// Creates the model of `p` on `cluster` and trains over gRPC; returns the
 /// fingerprint and summary.
 pub async fn run(
-    shards: Vec<GrpcShard>,
+    mut cluster: Cluster,
     vocab: &Arc<Vocab>,
     corpus: &Path,
     p: &TrainParams,
 ) -> (u64, TrainSummary) {
     let counts = vocab.counts_only();
-    let mut spec = model_spec(&counts, DIM, p.negative, 0.75, p.seed);
-    spec.cbow = p.cbow;
-    let fp = create_model(&shards, &spec, &counts)
+    let fp = cluster
+        .create(
+            spec_of(&counts, p),
+            Arc::clone(&counts),
+            Duration::from_secs(5),
+        )
         .await
         .expect("create model");
-    let summary = train(
-        GrpcShards::new(shards, fp, p.negative),
-        counts,
+    let shards = cluster
+        .pipelines(0, Duration::from_secs(30))
+        .expect("pipelines");
+    (fp, train_text(shards, vocab, corpus, p).await)
+}
+
+/// Trains `p` on the text `corpus` through `shards`, from the start.
+async fn train_text<S: ModelShards>(
+    shards: S,
+    vocab: &Arc<Vocab>,
+    corpus: &Path,
+    p: &TrainParams,
+) -> TrainSummary {
+    train(
+        shards,
+        vocab.counts_only(),
         Source::Text(vec![corpus.to_path_buf()], Arc::clone(vocab)),
         p.clone(),
         Arc::new(Progress::default()),
@@ -98,8 +127,7 @@ pub async fn run(
         NoCheckpoints,
     )
     .await
-    .expect("train");
-    (fp, summary)
+    .expect("train")
 }
 
 /// Creates the model on `cores` (shard i holding the i-th column range) and
@@ -112,32 +140,15 @@ pub async fn run_on_cores(
     p: &TrainParams,
 ) -> (u64, TrainSummary) {
     let counts = vocab.counts_only();
-    let mut spec = model_spec(&counts, DIM, p.negative, 0.75, p.seed);
-    spec.cbow = p.cbow;
+    let spec = spec_of(&counts, p);
     for (i, core) in cores.iter().enumerate() {
-        let cols = column_range(DIM, cores.len() as u32, i as u32);
-        let shard = ShardSpec {
-            model: spec.clone(),
-            col_start: cols.start,
-            col_end: cols.end,
-        };
+        let shard = ShardSpec::of(&spec, cores.len() as u32, i as u32);
         core.create_model(shard, vocab.counts())
             .expect("create model");
     }
     let fp = spec.fingerprint();
     let shards = InProcessShards::new(cores, fp).expect("shards hold the model");
-    let summary = train(
-        shards,
-        counts,
-        Source::Text(vec![corpus.to_path_buf()], Arc::clone(vocab)),
-        p.clone(),
-        Arc::new(Progress::default()),
-        Arc::default(),
-        NoCheckpoints,
-    )
-    .await
-    .expect("train in process");
-    (fp, summary)
+    (fp, train_text(shards, vocab, corpus, p).await)
 }
 
 /// [`run_on_cores`] on `count` fresh shard cores; returns the fingerprint,

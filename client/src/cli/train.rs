@@ -1,0 +1,403 @@
+//! The flags of `colonnade train` ([`TrainArgs`], with [`GraphArgs`] for
+//! graphs) and the checks that need nothing but the flags: ranges
+//! ([`validate`]), the files it will write ([`check_outputs`]), and the
+//! default of `--minibatches-per-call` ([`minibatches_per_call`]).
+
+use crate::flags::{InvalidUtf8Arg, INVALID_UTF8_HELP};
+use anyhow::bail;
+use clap::Args;
+use colonnade_exporter::cli::OutputArgs;
+use colonnade_exporter::outputs::FlagPath;
+use colonnade_graph::walk::WalkParams;
+use std::path::PathBuf;
+
+#[derive(Args, Debug)]
+pub struct TrainArgs {
+    /// Corpus files: whitespace-separated UTF-8 tokens, plain or compressed
+    /// with gzip, xz, zstd or bzip2 (detected from the content).
+    #[arg(long, env = "COLONNADE_CORPUS", value_delimiter = ',', num_args = 1.., required_unless_present_any = ["graph", "encoded"])]
+    pub corpus: Vec<PathBuf>,
+    /// Train on an encoded corpus (`colonnade encode`): word ids of the
+    /// --vocab it was made with, in parts; worker i of --num-workers M
+    /// reads parts i, i+M, ... only, and holds no word map. With one worker
+    /// it trains exactly as the text it was made from.
+    #[arg(long, env = "COLONNADE_ENCODED", conflicts_with_all = ["corpus", "graph"], requires = "vocab")]
+    pub encoded: Option<PathBuf>,
+    #[command(flatten)]
+    pub graph: GraphArgs,
+    /// Run this many shards inside this process. Training calls them
+    /// directly (no encoding, no sockets); export reads them over gRPC on
+    /// loopback.
+    #[arg(long, env = "COLONNADE_EMBEDDED_SHARDS", conflicts_with = "shards")]
+    pub embedded_shards: Option<usize>,
+    /// Train embedded shards through gRPC on loopback, as remote shards are
+    /// (to measure or test the wire path on one machine).
+    #[arg(long, env = "COLONNADE_EMBEDDED_GRPC", requires = "embedded_shards")]
+    pub embedded_grpc: bool,
+    /// Running shards, comma-separated host:port, in shard order.
+    #[arg(long, env = "COLONNADE_SHARDS", value_delimiter = ',')]
+    pub shards: Vec<String>,
+    /// Load this vocabulary instead of counting the corpus.
+    #[arg(long, env = "COLONNADE_VOCAB")]
+    pub vocab: Option<PathBuf>,
+    /// Write the vocabulary used here.
+    #[arg(long, env = "COLONNADE_SAVE_VOCAB")]
+    pub save_vocab: Option<PathBuf>,
+    /// Vector dimension.
+    #[arg(long, env = "COLONNADE_SIZE", default_value_t = 100)]
+    pub size: u32,
+    /// Maximum skip length between words.
+    #[arg(long, env = "COLONNADE_WINDOW", default_value_t = 5)]
+    pub window: u32,
+    /// Negative examples per context word (CBOW: per input position).
+    #[arg(long, env = "COLONNADE_NEGATIVE", default_value_t = 5)]
+    pub negative: u32,
+    /// Train CBOW (word2vec's -cbow 1, gensim's sg=0 with cbow_mean=1): the
+    /// mean of a position's context words' input vectors predicts its word,
+    /// instead of skip-gram. The shards average their own columns, so only
+    /// dot products and weights cross the wire, one set per position. Part
+    /// of the model's identity (its fingerprint).
+    #[arg(long, env = "COLONNADE_CBOW")]
+    pub cbow: bool,
+    /// Discard words seen fewer times (when counting the corpus; with
+    /// --graph, nodes seen fewer times in the walks) [default: 5; 1 with
+    /// --graph, so every node gets a vector].
+    #[arg(long, env = "COLONNADE_MIN_COUNT")]
+    pub min_count: Option<u64>,
+    /// Keep at most this many of the most frequent words (when counting).
+    #[arg(long, env = "COLONNADE_MAX_VOCAB")]
+    pub max_vocab: Option<usize>,
+    /// Subsampling threshold for frequent words (0 disables).
+    #[arg(long, env = "COLONNADE_SAMPLE", default_value_t = 1e-3)]
+    pub sample: f64,
+    /// Starting learning rate.
+    #[arg(long, env = "COLONNADE_ALPHA", default_value_t = 0.025)]
+    pub alpha: f32,
+    /// Training epochs.
+    #[arg(long, env = "COLONNADE_ITER", default_value_t = 5)]
+    pub iter: u32,
+    /// Training threads of this process (word2vec's -threads, gensim's
+    /// `workers`): minibatch pipelines, and the compute threads of embedded
+    /// shards. Default: available cores.
+    #[arg(long, env = "COLONNADE_THREADS")]
+    pub threads: Option<usize>,
+    /// Calls each thread keeps in flight (shards reached over gRPC).
+    #[arg(long, env = "COLONNADE_IN_FLIGHT", default_value_t = 2)]
+    pub in_flight: usize,
+    /// Minibatches per call (shards reached over gRPC): independent
+    /// minibatches, each its own update, sent in one dotprod and one adjust
+    /// so that per-call costs are paid once for all of them. Minibatches in
+    /// flight per worker: threads × --in-flight × this. Default: the most
+    /// (up to 4) that keeps all --num-workers workers together at or under
+    /// 16 in flight; on part 01, 32 in flight diverged (docs/benchmarks.md).
+    #[arg(long, env = "COLONNADE_MINIBATCHES_PER_CALL", value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub minibatches_per_call: Option<u32>,
+    /// Input words per minibatch.
+    #[arg(long, env = "COLONNADE_MINIBATCH", default_value_t = 256)]
+    pub minibatch: usize,
+    /// Run seed: initial vectors, subsampling, windows and negatives derive from it.
+    #[arg(long, env = "COLONNADE_SEED", default_value_t = 1)]
+    pub seed: u64,
+    /// Exponent of the unigram distribution for negatives.
+    #[arg(long, env = "COLONNADE_SAMPLING_POWER", default_value_t = 0.75)]
+    pub sampling_power: f32,
+    /// This process's index among the --num-workers client processes
+    /// (0, 1, ..., --num-workers minus 1): it trains the sentences whose
+    /// index modulo --num-workers equals it.
+    #[arg(long, env = "COLONNADE_WORKER_INDEX", default_value_t = 0)]
+    pub worker_index: u64,
+    /// Number of separate `colonnade train` processes (M) training one model
+    /// on running --shards together, each given its own --worker-index and
+    /// the same --vocab; each trains 1/M of the corpus. Not gensim's
+    /// `workers` (that is --threads).
+    #[arg(long, env = "COLONNADE_NUM_WORKERS", default_value_t = 1)]
+    pub num_workers: u64,
+    /// Not a Colonnade flag: refused with a message pointing to --threads
+    /// (gensim's `workers`) and --num-workers.
+    #[arg(long, hide = true, num_args = 0..=1, default_missing_value = "", allow_hyphen_values = true)]
+    pub workers: Option<String>,
+    /// How long to keep retrying unreachable shards.
+    #[arg(long, env = "COLONNADE_CONNECT_TIMEOUT_SECS", default_value_t = 60)]
+    pub connect_timeout_secs: u64,
+    /// Seconds between checkpoints of the model on the shards (running
+    /// shards started with --data-dir). Default: 300 when every shard keeps
+    /// a data dir, else off; 0 turns them off.
+    #[arg(long, env = "COLONNADE_CHECKPOINT_INTERVAL")]
+    pub checkpoint_interval: Option<u64>,
+    /// How long training keeps retrying when shards fail (unreachable,
+    /// restarting, not answering) before it gives up; backoff doubles up to
+    /// 5 s between tries.
+    #[arg(long, env = "COLONNADE_RETRY_TIMEOUT", default_value_t = 600)]
+    pub retry_timeout: u64,
+    /// Deadline of each training call to a shard, in seconds: a shard that
+    /// does not answer within it is treated as failed.
+    #[arg(long, env = "COLONNADE_CALL_TIMEOUT", default_value_t = 30)]
+    pub call_timeout: u64,
+    /// Start the model afresh even if the shards hold a checkpoint of it
+    /// (by default training resumes from the newest checkpoint): every shard
+    /// is rolled back to the initial state and its checkpoints removed.
+    #[arg(long, env = "COLONNADE_RESTART")]
+    pub restart: bool,
+    /// Write a JSON summary of the run here.
+    #[arg(long, env = "COLONNADE_SUMMARY")]
+    pub summary: Option<PathBuf>,
+    /// Serve Prometheus metrics over HTTP on this address while training
+    /// (e.g. 0.0.0.0:9101): words trained and words/s, loss, learning rate,
+    /// epoch, progress, calls and their latency and errors, retries and
+    /// recoveries, bytes on the wire.
+    #[arg(long, env = "COLONNADE_METRICS_LISTEN")]
+    pub metrics_listen: Option<std::net::SocketAddr>,
+    /// What to do with a sentence holding invalid UTF-8: skip it or abort.
+    #[arg(long, env = "COLONNADE_INVALID_UTF8", value_enum, default_value_t = InvalidUtf8Arg::Skip, long_help = INVALID_UTF8_HELP)]
+    pub invalid_utf8: InvalidUtf8Arg,
+    #[command(flatten)]
+    pub out: OutputArgs,
+}
+
+impl TrainArgs {
+    /// --min-count, or its default: 5 for text, 1 for a graph's nodes.
+    pub fn min_count(&self) -> u64 {
+        self.min_count
+            .unwrap_or(if self.graph.graph.is_some() { 1 } else { 5 })
+    }
+}
+
+/// `colonnade train --graph`: random walks over a graph as the corpus.
+#[derive(Args, Debug, Clone)]
+pub struct GraphArgs {
+    /// Train on random walks over this graph instead of a text corpus
+    /// (DeepWalk; node2vec with --p/--q): an edge list, one `u v` or
+    /// `u v weight` line per edge, node ids any strings, plain or
+    /// compressed. Walks are generated from --seed while training, no walk
+    /// file is needed; the vocabulary is the nodes, counted in the walks;
+    /// the node ids are the words of the outputs.
+    #[arg(long, env = "COLONNADE_GRAPH", conflicts_with_all = ["corpus", "vocab"])]
+    pub graph: Option<PathBuf>,
+    /// Walks started at every node in each epoch [default: 10].
+    #[arg(long, env = "COLONNADE_WALKS_PER_NODE", requires = "graph")]
+    pub walks_per_node: Option<u32>,
+    /// Nodes per walk, the start included [default: 40].
+    #[arg(long, env = "COLONNADE_WALK_LENGTH", requires = "graph")]
+    pub walk_length: Option<u32>,
+    /// node2vec's return parameter: a step back to the previous node weighs
+    /// 1/p [default: 1].
+    #[arg(long, env = "COLONNADE_P", requires = "graph")]
+    pub p: Option<f32>,
+    /// node2vec's in-out parameter: a step to a node not adjacent to the
+    /// previous one weighs 1/q [default: 1].
+    #[arg(long, env = "COLONNADE_Q", requires = "graph")]
+    pub q: Option<f32>,
+    /// The edge list's edges are directed (`u v` is u -> v only); walks end
+    /// at nodes with no out-edges.
+    #[arg(long, env = "COLONNADE_DIRECTED", requires = "graph")]
+    pub directed: bool,
+    /// Also write the first epoch's walks here, one per line, node ids
+    /// separated by spaces (to feed the same walks to another tool).
+    #[arg(long, env = "COLONNADE_SAVE_WALKS", requires = "graph")]
+    pub save_walks: Option<PathBuf>,
+}
+
+impl GraphArgs {
+    pub fn walk_params(&self) -> WalkParams {
+        WalkParams {
+            walks_per_node: self.walks_per_node.unwrap_or(10),
+            walk_length: self.walk_length.unwrap_or(40),
+            p: self.p.unwrap_or(1.0),
+            q: self.q.unwrap_or(1.0),
+        }
+    }
+}
+
+pub fn validate(args: &TrainArgs) -> anyhow::Result<()> {
+    if args.workers.is_some() {
+        bail!(
+            "--workers is not a Colonnade flag. Colonnade's equivalent of gensim's `workers` \
+             and word2vec's `-threads` is --threads N (training threads in this process); \
+             --num-workers M is the number of separate `colonnade train` processes that share \
+             one model's corpus on running --shards"
+        );
+    }
+    if args.embedded_shards.is_some() && args.num_workers > 1 {
+        bail!(
+            "--num-workers {} with --embedded-shards: embedded shards live and die in this \
+             process, so no other worker can join and this one would train only 1/{} of the \
+             corpus. For more training threads use --threads; for several worker processes \
+             start ps-shard processes and give --shards",
+            args.num_workers,
+            args.num_workers
+        );
+    }
+    let shard_count = match (args.embedded_shards, args.shards.len()) {
+        (Some(0), _) => bail!("--embedded-shards must be at least 1"),
+        (Some(n), _) => n,
+        (None, 0) => bail!("give --embedded-shards N or --shards host:port,..."),
+        (None, n) => n,
+    };
+    if args.size == 0 || (args.size as usize) < shard_count {
+        bail!(
+            "--size {} must be at least the number of shards ({shard_count})",
+            args.size
+        );
+    }
+    if args.window == 0 || args.window > crate::stream::MAX_WINDOW {
+        bail!(
+            "--window {} is outside 1..={} (window radii travel as one byte)",
+            args.window,
+            crate::stream::MAX_WINDOW
+        );
+    }
+    if args.negative == 0 {
+        bail!("--negative must be at least 1 (hierarchical softmax is not supported)");
+    }
+    if !(args.alpha.is_finite() && args.alpha > 0.0 && args.alpha <= colonnade_proto::MAX_ALPHA) {
+        bail!(
+            "--alpha must be a positive number up to {} (word2vec's default is 0.025), got {}",
+            colonnade_proto::MAX_ALPHA,
+            args.alpha
+        );
+    }
+    if args.negative > colonnade_proto::MAX_NEGATIVE {
+        bail!(
+            "--negative {} is more than the shards accept ({})",
+            args.negative,
+            colonnade_proto::MAX_NEGATIVE
+        );
+    }
+    crate::cluster::refuse_duplicates(&args.shards)?;
+    if !args.shards.is_empty() || args.embedded_grpc {
+        // The most dot products one call can ask of a shard: every input
+        // position at the widest window.
+        let per_call = args.minibatches_per_call.map_or(4, u64::from);
+        let examples = if args.cbow {
+            1
+        } else {
+            2 * u64::from(args.window)
+        };
+        let dots = per_call
+            .saturating_mul(args.minibatch as u64)
+            .saturating_mul(examples)
+            .saturating_mul(1 + u64::from(args.negative));
+        if dots > colonnade_proto::MAX_CALL_DOTS {
+            bail!(
+                "--minibatch {} × --minibatches-per-call {per_call} × {examples} examples per \
+                 input (at --window {}) × (1 + --negative {}) = up to {dots} dot products per call, \
+                 more than the shards accept ({}): lower --minibatches-per-call or --minibatch",
+                args.minibatch,
+                args.window,
+                args.negative,
+                colonnade_proto::MAX_CALL_DOTS
+            );
+        }
+    }
+    if !(args.sample.is_finite() && args.sample >= 0.0) {
+        bail!("--sample must be 0 or positive, got {}", args.sample);
+    }
+    if args.iter == 0 {
+        bail!("--iter must be at least 1");
+    }
+    if args.graph.graph.is_some() {
+        args.graph
+            .walk_params()
+            .check()
+            .map_err(anyhow::Error::msg)?;
+    }
+    if args.minibatch == 0 {
+        bail!("--minibatch must be at least 1");
+    }
+    if args.num_workers == 0 || args.worker_index >= args.num_workers {
+        bail!(
+            "--worker-index {} must be below --num-workers {}",
+            args.worker_index,
+            args.num_workers
+        );
+    }
+    Ok(())
+}
+
+/// The output checks of `colonnade train`: every file it will write (the
+/// export outputs, --save-vocab, --summary) against the corpus and --vocab
+/// and each other; and with embedded shards, that the model is written at all.
+pub fn check_outputs(args: &TrainArgs) -> anyhow::Result<()> {
+    if args.embedded_shards.is_some() && !args.out.any() {
+        bail!(
+            "--embedded-shards with no output: the model lives only in this process and would \
+             be thrown away when training ends. Give --output FILE.h5, --output-text FILE, \
+             --output-binary FILE or --output-tsv-vectors/--output-tsv-metadata"
+        );
+    }
+    let mut inputs: Vec<_> = args
+        .corpus
+        .iter()
+        .map(|p| FlagPath::new("--corpus", p))
+        .collect();
+    if let Some(v) = &args.vocab {
+        inputs.push(FlagPath::new("--vocab", v));
+    }
+    if let Some(g) = &args.graph.graph {
+        inputs.push(FlagPath::new("--graph", g));
+    }
+    let mut outputs = args.out.paths();
+    if let Some(p) = &args.graph.save_walks {
+        outputs.push(FlagPath::new("--save-walks", p));
+    }
+    if let Some(p) = &args.save_vocab {
+        outputs.push(FlagPath::new("--save-vocab", p));
+    }
+    if let Some(p) = &args.summary {
+        outputs.push(FlagPath::new("--summary", p));
+    }
+    colonnade_exporter::outputs::check_outputs(&inputs, &outputs)
+}
+
+/// Minibatches in flight across all workers of a model up to which quality
+/// held on part 01 (docs/benchmarks.md, "Quality against minibatches in
+/// flight"): the default of --minibatches-per-call keeps under it.
+pub const MAX_SAFE_IN_FLIGHT: u64 = 16;
+
+/// `--minibatches-per-call`: as given, else the most up to 4 that keeps the
+/// `workers` workers' `calls` calls each at or under [`MAX_SAFE_IN_FLIGHT`]
+/// minibatches in flight (at least 1). Warns when the total exceeds it.
+pub fn minibatches_per_call(given: Option<u32>, calls: usize, workers: u64) -> usize {
+    let calls_total = (calls as u64).max(1) * workers.max(1);
+    let per_call = match given {
+        Some(n) => u64::from(n),
+        None => (MAX_SAFE_IN_FLIGHT / calls_total).clamp(1, 4),
+    };
+    let in_flight = per_call * calls_total;
+    if in_flight > MAX_SAFE_IN_FLIGHT {
+        tracing::warn!(
+            in_flight,
+            workers,
+            minibatches_per_call = per_call,
+            "{in_flight} minibatches in flight across the workers (threads x --in-flight x \
+             --minibatches-per-call x --num-workers): on part 01 more than {MAX_SAFE_IN_FLIGHT} \
+             diverged; lower --in-flight or --threads if training stops with a divergence error"
+        );
+    }
+    per_call as usize
+}
+
+#[cfg(test)]
+mod tests {
+    use super::minibatches_per_call;
+
+    #[test]
+    fn default_minibatches_per_call_keeps_the_cluster_at_16_in_flight() {
+        // 2 threads × 2 in flight = 4 calls per worker.
+        assert_eq!(minibatches_per_call(None, 4, 1), 4);
+        assert_eq!(minibatches_per_call(None, 4, 2), 2);
+        assert_eq!(minibatches_per_call(None, 4, 4), 1);
+        assert_eq!(minibatches_per_call(None, 4, 8), 1, "never below one");
+        assert_eq!(minibatches_per_call(None, 1, 1), 4, "never above four");
+        assert_eq!(
+            minibatches_per_call(None, 3, 1),
+            4,
+            "16 / 3 = 5, capped at 4"
+        );
+        assert_eq!(
+            minibatches_per_call(Some(8), 4, 4),
+            8,
+            "a given value is kept"
+        );
+    }
+}

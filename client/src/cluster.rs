@@ -1,0 +1,645 @@
+//! A model's shards, as one value: [`Cluster`] connects to them (retrying
+//! while they start), creates or attaches to the model on every one,
+//! agrees with them on one state of it before training and after a failure
+//! ([`Cluster::reconcile`]), and exports it through the exporter's
+//! discovery. Every call to all shards goes through one helper
+//! ([`crate::grpc::broadcast`]).
+//!
+//! Every shard's state of a model carries a *lineage*: 0 as created, and a
+//! new id whenever a state is restored or loaded at a shard's start. Training
+//! calls carry the lineage the worker trains, and a shard of another lineage
+//! refuses them (ABORTED), so a restarted shard's columns never mix with the
+//! survivors'. Reconciling reads every shard's lineage and checkpoints: when
+//! they agree, training goes on; when not, every shard is restored to the
+//! newest checkpoint version all of them hold (version 0 is the initial
+//! state, which every shard can rebuild), under one new lineage, and every
+//! worker resumes from its position in that version's manifest.
+
+use crate::grpc::{broadcast, same_api, with_timeout, GrpcShard, GrpcShards};
+use crate::train::Position;
+use anyhow::{bail, Context};
+use colonnade_common::model::{ModelSpec, ShardSpec};
+use colonnade_common::vocab::{Vocab, VocabCounts};
+use colonnade_exporter::cli::OutputArgs;
+use colonnade_exporter::ExportSummary;
+use colonnade_formats::Provenance;
+use colonnade_proto::v1::{self, CreateModelChunk, ModelStatus, RestoreRequest, StatusRequest};
+use colonnade_proto::{encode_u64, CallError};
+use colonnade_setup::Connector;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How long a status or restore call may take before the shard counts as
+/// unreachable for this attempt.
+pub const CONTROL_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Words per CreateModel chunk (8 MiB of counts).
+const COUNTS_PER_CHUNK: usize = 1 << 20;
+
+/// How often [`Cluster::connect`] says which shards it is still waiting for.
+const WAITING_LOG_EVERY: Duration = Duration::from_secs(5);
+
+/// The shards of a cluster, in shard order, and the model on them once
+/// created ([`Cluster::create`]).
+pub struct Cluster {
+    connector: Connector,
+    shards: Vec<GrpcShard>,
+    model: Option<OnShards>,
+}
+
+/// The model a cluster trains.
+struct OnShards {
+    spec: ModelSpec,
+    vocab: Arc<VocabCounts>,
+    fingerprint: u64,
+}
+
+/// What the shards agreed on.
+#[derive(Clone, Debug)]
+pub struct Session {
+    pub lineage: u64,
+    /// The newest checkpoint version every shard holds (0: none).
+    pub version: u64,
+    /// This worker's position in that version's manifest, and whether its
+    /// part was finished there.
+    pub position: Position,
+    pub finished: bool,
+    /// Every shard keeps checkpoints (`--data-dir`).
+    pub persistent: bool,
+    /// The state was rolled back (or relabelled) to reach agreement.
+    pub restored: bool,
+}
+
+/// This worker among the workers of a model.
+#[derive(Clone, Copy, Debug)]
+pub struct Worker {
+    pub index: u64,
+    pub count: u64,
+}
+
+/// One shard's view of the model.
+struct Seen {
+    persistent: bool,
+    model: Option<ModelStatus>,
+}
+
+/// Whether training can recover from `e` by reconciling with the shards: a
+/// shard unreachable, restarting, answering late, or of another lineage.
+/// Bad requests, a model that does not fit, divergence are not retried.
+pub fn recoverable(e: &anyhow::Error) -> bool {
+    let Some(call) = e.downcast_ref::<CallError>() else {
+        return false;
+    };
+    use tonic::Code;
+    !matches!(
+        call.code,
+        Code::InvalidArgument
+            | Code::ResourceExhausted
+            | Code::Unimplemented
+            | Code::OutOfRange
+            | Code::PermissionDenied
+            | Code::Unauthenticated
+            | Code::AlreadyExists
+    )
+}
+
+/// Refuses a shard list naming one endpoint twice (ignoring an `http://` or
+/// `https://` scheme and a trailing `/`), before anything is connected or
+/// created: a shard listed twice would be given two column ranges of one model.
+pub fn refuse_duplicates(endpoints: &[String]) -> anyhow::Result<()> {
+    let key = |e: &str| {
+        let e = e.trim().trim_end_matches('/').to_ascii_lowercase();
+        let bare = e
+            .strip_prefix("http://")
+            .or_else(|| e.strip_prefix("https://"));
+        bare.unwrap_or(&e).to_string()
+    };
+    let mut seen: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+    for (i, e) in endpoints.iter().enumerate() {
+        if let Some(first) = seen.insert(key(e), i) {
+            bail!(
+                "--shards lists {e} twice (shards {first} and {i}): each shard holds its own \
+                 columns of the model, so every endpoint must appear once"
+            );
+        }
+    }
+    Ok(())
+}
+
+impl Cluster {
+    /// Connects to every endpoint at once (shards kept in `endpoints`'
+    /// order), retrying until `timeout`; logs every few seconds the
+    /// endpoints still unreachable, and fails at the timeout naming all of
+    /// them. A TLS or naming mismatch fails at once.
+    pub async fn connect(
+        connector: &Connector,
+        endpoints: &[String],
+        timeout: Duration,
+    ) -> anyhow::Result<Self> {
+        refuse_duplicates(endpoints)?;
+        if endpoints.is_empty() {
+            bail!("no shards given (--shards host:port,...)");
+        }
+        let start = Instant::now();
+        let deadline = start + timeout;
+        let mut pending: Vec<usize> = (0..endpoints.len()).collect();
+        let mut shards: Vec<Option<GrpcShard>> = vec![None; endpoints.len()];
+        let mut errors: Vec<Option<String>> = vec![None; endpoints.len()];
+        let mut last_log: Option<Instant> = None;
+        loop {
+            let attempts = futures::future::join_all(pending.iter().map(|&i| {
+                let e = &endpoints[i];
+                async move {
+                    let limit = deadline
+                        .saturating_duration_since(Instant::now())
+                        .max(Duration::from_millis(100));
+                    match tokio::time::timeout(limit, connector.connect(e)).await {
+                        Ok(result) => result,
+                        Err(_) => Err(colonnade_setup::ConnectError {
+                            endpoint: e.clone(),
+                            reason: "connection attempt timed out".into(),
+                            permanent: false,
+                        }),
+                    }
+                }
+            }))
+            .await;
+            let mut still = Vec::new();
+            for (&i, res) in pending.iter().zip(attempts) {
+                match res {
+                    Ok(client) => {
+                        shards[i] = Some(GrpcShard {
+                            endpoint: endpoints[i].clone(),
+                            client,
+                        });
+                    }
+                    // A TLS or naming mismatch does not go away by waiting.
+                    Err(e) if e.permanent => return Err(e.into()),
+                    Err(e) => {
+                        errors[i] = Some(e.reason);
+                        still.push(i);
+                    }
+                }
+            }
+            pending = still;
+            if pending.is_empty() {
+                return Ok(Self {
+                    connector: connector.clone(),
+                    shards: shards.into_iter().flatten().collect(),
+                    model: None,
+                });
+            }
+            let names = || {
+                pending
+                    .iter()
+                    .map(|&i| endpoints[i].as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            if Instant::now() >= deadline {
+                let reasons = pending
+                    .iter()
+                    .map(|&i| {
+                        let why = errors[i].as_deref().unwrap_or("unreachable");
+                        format!("{} ({why})", endpoints[i])
+                    })
+                    .collect::<Vec<_>>()
+                    .join("; ");
+                bail!(
+                    "shard(s) {} not reachable after {timeout:?} (--connect-timeout-secs): {reasons}",
+                    names()
+                );
+            }
+            if last_log.is_none_or(|t| t.elapsed() >= WAITING_LOG_EVERY) {
+                last_log = Some(Instant::now());
+                tracing::info!(
+                    waited_secs = start.elapsed().as_secs(),
+                    timeout_secs = timeout.as_secs(),
+                    "waiting for shard(s) {} to accept connections",
+                    names()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
+    /// The shards, in shard order.
+    pub fn shards(&self) -> &[GrpcShard] {
+        &self.shards
+    }
+
+    pub fn len(&self) -> usize {
+        self.shards.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.shards.is_empty()
+    }
+
+    fn model(&self) -> anyhow::Result<&OnShards> {
+        self.model
+            .as_ref()
+            .context("no model created on the shards yet")
+    }
+
+    /// The model's fingerprint, once created.
+    pub fn fingerprint(&self) -> Option<u64> {
+        self.model.as_ref().map(|m| m.fingerprint)
+    }
+
+    /// A training pipeline's handle on the model, for state `lineage`, each
+    /// call with deadline `timeout`.
+    pub fn pipelines(&self, lineage: u64, timeout: Duration) -> anyhow::Result<GrpcShards> {
+        let m = self.model()?;
+        Ok(
+            GrpcShards::new(self.shards.clone(), m.fingerprint, m.spec.negative)
+                .with_lineage(lineage)
+                .with_timeout(timeout),
+        )
+    }
+
+    /// Creates (or attaches to) the model `spec` on every shard, shard i
+    /// holding its [`ShardSpec::of`] columns, retrying up to `retry` while a
+    /// shard answers UNAVAILABLE (loading its data dir at start-up).
+    /// Returns the model fingerprint.
+    pub async fn create(
+        &mut self,
+        spec: ModelSpec,
+        vocab: Arc<VocabCounts>,
+        retry: Duration,
+    ) -> anyhow::Result<u64> {
+        let deadline = Instant::now() + retry;
+        let mut backoff = Duration::from_millis(200);
+        let fingerprint = loop {
+            match self.create_once(&spec, &vocab).await {
+                Err(e)
+                    if Instant::now() + backoff < deadline
+                        && e.downcast_ref::<tonic::Status>()
+                            .is_some_and(|s| s.code() == tonic::Code::Unavailable) =>
+                {
+                    tracing::info!(error = %format!("{e:#}"), "a shard is not ready; retrying");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                }
+                other => break other?,
+            }
+        };
+        self.model = Some(OnShards {
+            spec,
+            vocab,
+            fingerprint,
+        });
+        Ok(fingerprint)
+    }
+
+    /// One attempt of [`Cluster::create`]: checks every shard's API version,
+    /// then streams the counts in chunks of [`COUNTS_PER_CHUNK`] as they are
+    /// sent; checks every shard reports the expected fingerprint.
+    async fn create_once(&self, spec: &ModelSpec, vocab: &Arc<VocabCounts>) -> anyhow::Result<u64> {
+        let count = self.shards.len();
+        if spec.dim < count as u32 {
+            bail!(
+                "--size {} is smaller than the number of shards ({count}): every shard needs at \
+                 least one column",
+                spec.dim
+            );
+        }
+        let statuses = broadcast(&self.shards, |mut client| async move {
+            client.status(StatusRequest {}).await
+        })
+        .await;
+        for (i, (shard, status)) in self.shards.iter().zip(statuses).enumerate() {
+            let status = status
+                .map_err(|e| CallError::from_status(&shard.endpoint, i, count, "status", &e))?;
+            same_api(&shard.endpoint, &status)?;
+        }
+        let expected = spec.fingerprint();
+        let created =
+            futures::future::join_all(self.shards.iter().enumerate().map(|(i, shard)| {
+                let shard_spec = ShardSpec::of(spec, count as u32, i as u32);
+                let vocab = Arc::clone(vocab);
+                let n_chunks = vocab.counts.len().div_ceil(COUNTS_PER_CHUNK);
+                let chunks = futures::stream::iter((0..n_chunks).map(move |k| {
+                    let start = k * COUNTS_PER_CHUNK;
+                    let end = (start + COUNTS_PER_CHUNK).min(vocab.counts.len());
+                    CreateModelChunk {
+                        spec: (k == 0).then(|| v1::ModelSpec::from(&shard_spec)),
+                        counts_offset: start as u64,
+                        counts: encode_u64(&vocab.counts[start..end]),
+                    }
+                }));
+                let mut client = shard.client.clone();
+                async move {
+                    client
+                        .create_model(chunks)
+                        .await
+                        .map(tonic::Response::into_inner)
+                        .with_context(|| {
+                            format!(
+                                "shard {} (shard {i} of {count}): create model failed",
+                                shard.endpoint
+                            )
+                        })
+                }
+            }))
+            .await;
+        let mut existed = false;
+        for (shard, resp) in self.shards.iter().zip(created) {
+            let resp = resp?;
+            if resp.model_fingerprint != expected {
+                bail!(
+                    "shard {} reports model fingerprint {:016x}, this client computes \
+                     {expected:016x}: client and shard disagree on the model",
+                    shard.endpoint,
+                    resp.model_fingerprint
+                );
+            }
+            existed |= resp.existed;
+        }
+        if existed {
+            tracing::info!(
+                fingerprint = format!("{expected:016x}"),
+                "attached to an existing model on the shards; training continues from its state"
+            );
+        }
+        Ok(expected)
+    }
+
+    /// Every shard's status of the model, retried with exponential backoff
+    /// until `deadline` while a shard is unreachable or loading.
+    async fn statuses(&self, deadline: Instant) -> anyhow::Result<Vec<Seen>> {
+        let fingerprint = self.model()?.fingerprint;
+        let mut backoff = Duration::from_millis(200);
+        loop {
+            let answers = broadcast(&self.shards, |mut client| async move {
+                client
+                    .status(with_timeout(StatusRequest {}, CONTROL_TIMEOUT))
+                    .await
+            })
+            .await;
+            let mut seen = Vec::with_capacity(self.shards.len());
+            let mut waiting = Vec::new();
+            for (shard, answer) in self.shards.iter().zip(answers) {
+                match answer {
+                    Ok(r) => {
+                        same_api(&shard.endpoint, &r)?;
+                        if r.loading {
+                            waiting.push(format!("{} (loading its checkpoints)", shard.endpoint));
+                        }
+                        seen.push(Seen {
+                            persistent: r.persistent,
+                            model: r
+                                .models
+                                .into_iter()
+                                .find(|m| m.model_fingerprint == fingerprint),
+                        });
+                    }
+                    Err(e) => waiting.push(format!(
+                        "{} ({}: {})",
+                        shard.endpoint,
+                        e.code(),
+                        e.message()
+                    )),
+                }
+            }
+            if waiting.is_empty() {
+                return Ok(seen);
+            }
+            if Instant::now() + backoff > deadline {
+                bail!(
+                    "shard(s) still unavailable at the end of --retry-timeout: {}",
+                    waiting.join("; ")
+                );
+            }
+            tracing::warn!(
+                retry_in_ms = backoff.as_millis() as u64,
+                "waiting for shard(s): {}",
+                waiting.join("; ")
+            );
+            metrics::counter!("colonnade_client_retries_total").increment(1);
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_secs(5));
+        }
+    }
+
+    /// Brings every shard to one state of the model and says where `worker`
+    /// resumes. `restart`: roll every shard back to the initial state
+    /// (drops the checkpoints). `failed`: the lineage this worker was
+    /// training when a call failed; if the shards still agree on it, the
+    /// state may hold a minibatch applied on some shards only (or applied
+    /// late by a shard that was not answering), so it is rolled back to the
+    /// newest checkpoint all shards hold, unless `keep_on_failure` (no
+    /// checkpoints: rolling back would start over). Waits up to `retry` for
+    /// shards to come back.
+    pub async fn reconcile(
+        &self,
+        worker: Worker,
+        restart: bool,
+        failed: Option<u64>,
+        keep_on_failure: bool,
+        retry: Duration,
+    ) -> anyhow::Result<Session> {
+        let model = self.model()?;
+        let deadline = Instant::now() + retry;
+        let mut restart = restart;
+        let mut failed = failed;
+        let mut restored = false;
+        for _round in 0..20 {
+            let seen = self.statuses(deadline).await?;
+            if seen.iter().any(|s| s.model.is_none()) {
+                // A shard restarted without a data dir (or dropped the model):
+                // create it there; the lineage check below sees its new state.
+                self.create_once(&model.spec, &model.vocab).await?;
+                continue;
+            }
+            let models: Vec<&ModelStatus> = seen.iter().filter_map(|s| s.model.as_ref()).collect();
+            let persistent = seen.iter().all(|s| s.persistent);
+            let common = common_version(&models);
+            let lineages: BTreeSet<u64> = models.iter().map(|m| m.lineage).collect();
+            let trained = models.iter().filter(|m| m.adjusts_since_base > 0).count();
+            // The created state (lineage 0) is one state only while all
+            // shards or none have been trained in it: a shard restarted
+            // empty next to trained ones must not be trained with them.
+            let consistent = lineages.len() == 1
+                && !(lineages.contains(&0) && trained > 0 && trained < models.len());
+            let suspect =
+                consistent && !keep_on_failure && failed.is_some_and(|l| lineages.contains(&l));
+            if consistent && !restart && !suspect {
+                let (position, finished) = position_in(&models, common, worker)?;
+                return Ok(Session {
+                    lineage: models[0].lineage,
+                    version: common,
+                    position,
+                    finished,
+                    persistent,
+                    restored,
+                });
+            }
+            let target = if restart { 0 } else { common };
+            let lineage = next_lineage(model.fingerprint, target, &lineages);
+            let why = if restart {
+                "--restart".to_string()
+            } else if suspect {
+                "a call failed: the last minibatches may be applied on some shards only".to_string()
+            } else {
+                format!(
+                    "the shards hold different states: {}",
+                    describe(&self.shards, &models)
+                )
+            };
+            tracing::warn!(
+                version = target,
+                "rolling every shard back to checkpoint version {target} ({why})"
+            );
+            let req = RestoreRequest {
+                model_fingerprint: model.fingerprint,
+                version: target,
+                lineage,
+            };
+            let results = broadcast(&self.shards, |mut client| {
+                let req = with_timeout(req, Duration::from_secs(3600));
+                async move { client.restore(req).await }
+            })
+            .await;
+            for (s, r) in self.shards.iter().zip(results) {
+                if let Err(e) = r {
+                    tracing::warn!(shard = %s.endpoint, code = %e.code(), "restore failed: {}", e.message());
+                }
+            }
+            restart = false;
+            failed = None;
+            restored = true;
+        }
+        bail!("the shards did not agree on one state of the model after 20 rounds of reconciling")
+    }
+
+    /// Pulls the model from the shards (found again by the exporter's
+    /// discovery, which checks that their columns tile the dimension) and
+    /// writes every file `out` asks for.
+    pub async fn export(
+        &self,
+        words: &Vocab,
+        out: &OutputArgs,
+        provenance: &Provenance,
+    ) -> anyhow::Result<ExportSummary> {
+        let model = self.model()?;
+        let endpoints: Vec<String> = self.shards.iter().map(|s| s.endpoint.clone()).collect();
+        let (mut handles, spec, fingerprint) =
+            colonnade_exporter::discover(&self.connector, &endpoints, Some(model.fingerprint))
+                .await?;
+        let source = colonnade_exporter::Source::Shards(&mut handles);
+        colonnade_exporter::export(source, fingerprint, words, spec.dim, out, provenance).await
+    }
+}
+
+/// This worker's position in the manifest of `version` (0: the start).
+fn position_in(
+    models: &[&ModelStatus],
+    version: u64,
+    worker: Worker,
+) -> anyhow::Result<(Position, bool)> {
+    if version == 0 {
+        return Ok((Position::default(), false));
+    }
+    let manifest = models
+        .iter()
+        .flat_map(|m| &m.checkpoints)
+        .find(|c| c.version == version)
+        .map(|c| c.manifest.clone())
+        .context("no shard returned the manifest of the common version")?;
+    let m: Manifest = serde_json::from_slice(&manifest)
+        .with_context(|| format!("the manifest of checkpoint version {version} is not readable"))?;
+    if m.num_workers != worker.count {
+        bail!(
+            "checkpoint version {version} was taken with --num-workers {}, this worker has {}: \
+             give the same, or --restart",
+            m.num_workers,
+            worker.count
+        );
+    }
+    let w = m
+        .workers
+        .iter()
+        .find(|w| w.worker == worker.index)
+        .with_context(|| {
+            format!(
+                "checkpoint version {version} has no position of worker {}",
+                worker.index
+            )
+        })?;
+    let position = if w.position.is_null() {
+        Position::default()
+    } else {
+        serde_json::from_value(w.position.clone()).with_context(|| {
+            format!(
+                "the position of worker {} in checkpoint {version}",
+                worker.index
+            )
+        })?
+    };
+    Ok((position, w.finished))
+}
+
+/// The manifest a shard writes with every checkpoint version.
+#[derive(serde::Deserialize)]
+struct Manifest {
+    num_workers: u64,
+    workers: Vec<ManifestWorker>,
+}
+
+#[derive(serde::Deserialize)]
+struct ManifestWorker {
+    worker: u64,
+    finished: bool,
+    #[serde(default)]
+    position: serde_json::Value,
+}
+
+/// The newest checkpoint version every shard holds (0 if none).
+fn common_version(models: &[&ModelStatus]) -> u64 {
+    let mut sets = models.iter().map(|m| {
+        m.checkpoints
+            .iter()
+            .map(|c| c.version)
+            .collect::<BTreeSet<u64>>()
+    });
+    let Some(first) = sets.next() else {
+        return 0;
+    };
+    sets.fold(first, |a, b| a.intersection(&b).copied().collect())
+        .into_iter()
+        .next_back()
+        .unwrap_or(0)
+}
+
+/// The lineage a restore to `version` from `lineages` gives: the same for
+/// every worker that reconciles the same disagreement, so concurrent
+/// reconcilers converge instead of restoring each other's restores.
+fn next_lineage(fingerprint: u64, version: u64, lineages: &BTreeSet<u64>) -> u64 {
+    let mut h = xxhash_rust::xxh3::Xxh3::new();
+    h.update(&fingerprint.to_le_bytes());
+    h.update(&version.to_le_bytes());
+    for l in lineages {
+        h.update(&l.to_le_bytes());
+    }
+    h.digest().max(1)
+}
+
+fn describe(shards: &[GrpcShard], models: &[&ModelStatus]) -> String {
+    shards
+        .iter()
+        .zip(models)
+        .map(|(s, m)| {
+            format!(
+                "{}: lineage {:016x} from version {}, {} adjusts since, versions {:?}",
+                s.endpoint,
+                m.lineage,
+                m.base_version,
+                m.adjusts_since_base,
+                m.checkpoints.iter().map(|c| c.version).collect::<Vec<_>>()
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}

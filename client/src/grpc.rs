@@ -1,0 +1,279 @@
+//! The gRPC side of the training boundary ([`ModelShards`]): a shard
+//! reached over gRPC ([`GrpcShard`]), the one way every call reaches all of a
+//! model's shards at once ([`broadcast`], answers in shard order), and
+//! [`GrpcShards`], one training pipeline's handle, which sums the partial dot
+//! products in shard order.
+
+use anyhow::bail;
+use colonnade_proto::v1::{self, AdjustRequest, DotprodRequest};
+use colonnade_proto::{
+    decode_f32_into, encode_f16, CallError, Minibatch, MinibatchId, ModelShards,
+};
+use colonnade_setup::ShardClient;
+use prost::Message;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// A shard reached over gRPC.
+#[derive(Clone)]
+pub struct GrpcShard {
+    pub endpoint: String,
+    pub client: ShardClient,
+}
+
+/// Makes `call` on every shard at once; the answers come back in shard
+/// order.
+pub async fn broadcast<T, F, Fut>(shards: &[GrpcShard], call: F) -> Vec<Result<T, tonic::Status>>
+where
+    F: Fn(ShardClient) -> Fut,
+    Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+{
+    futures::future::join_all(shards.iter().map(|s| call(s.client.clone())))
+        .await
+        .into_iter()
+        .map(|r| r.map(tonic::Response::into_inner))
+        .collect()
+}
+
+/// `message` with a deadline.
+pub fn with_timeout<T>(message: T, timeout: Duration) -> tonic::Request<T> {
+    let mut r = tonic::Request::new(message);
+    r.set_timeout(timeout);
+    r
+}
+
+/// Fails, naming the shard, when `status` (of the shard at `endpoint`) is
+/// of another shard API than this client's: shards of another API may draw
+/// other negatives from the same seed (API 5 changed the sampler of large
+/// vocabularies) or read calls otherwise, and their partial dot products
+/// would not add up, silently.
+pub fn same_api(endpoint: &str, status: &v1::StatusResponse) -> anyhow::Result<()> {
+    if status.api_version != colonnade_proto::API_VERSION {
+        bail!(
+            "shard {endpoint} speaks shard API v{} (ps-shard {}), this client v{} (colonnade {}): \
+             run one Colonnade release on every shard and worker of a model",
+            status.api_version,
+            status.version,
+            colonnade_proto::API_VERSION,
+            env!("CARGO_PKG_VERSION"),
+        );
+    }
+    Ok(())
+}
+
+/// The gRPC side of the training boundary: one pipeline's handle on the
+/// shards of model `fingerprint`, in shard order. It encodes a minibatch
+/// once for `dotprod` and keeps it for the `adjust` that follows.
+pub struct GrpcShards {
+    shards: Arc<[GrpcShard]>,
+    fingerprint: u64,
+    negative: usize,
+    /// The lineage of the model state this worker trains (see `recovery`).
+    lineage: u64,
+    /// Every call's deadline: a shard that stops answering fails the call.
+    timeout: Duration,
+    /// The newest checkpoint version a shard said other workers wait for.
+    pending: Arc<std::sync::atomic::AtomicU64>,
+    /// The last call's minibatches in wire form (and their identities),
+    /// from their `dotprod` for their `adjust`.
+    wire: Vec<v1::Minibatch>,
+    wire_ids: Vec<(MinibatchId, u64)>,
+    part: Vec<f32>,
+    sent: u64,
+    received: u64,
+}
+
+impl GrpcShards {
+    pub fn new(shards: Vec<GrpcShard>, fingerprint: u64, negative: u32) -> Self {
+        Self {
+            shards: shards.into(),
+            fingerprint,
+            negative: negative as usize,
+            lineage: 0,
+            timeout: DEFAULT_CALL_TIMEOUT,
+            pending: Arc::default(),
+            wire: Vec::new(),
+            wire_ids: Vec::new(),
+            part: Vec::new(),
+            sent: 0,
+            received: 0,
+        }
+    }
+
+    /// Trains the model state of `lineage`: a shard holding another refuses.
+    pub fn with_lineage(mut self, lineage: u64) -> Self {
+        self.lineage = lineage;
+        self
+    }
+
+    /// Every call fails after `timeout` without an answer.
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Where shards' "checkpoint pending" answers are recorded.
+    pub fn checkpoint_pending(&self) -> Arc<std::sync::atomic::AtomicU64> {
+        Arc::clone(&self.pending)
+    }
+
+    /// The wire form of `mbs`: the one the last `dotprod` encoded, when it
+    /// was for the same minibatches.
+    fn wire(&mut self, mbs: &[Minibatch]) -> Vec<v1::Minibatch> {
+        let same = self.wire_ids.len() == mbs.len()
+            && self
+                .wire_ids
+                .iter()
+                .zip(mbs)
+                .all(|(&(id, seed), mb)| id == mb.id && seed == mb.seed);
+        if same {
+            self.wire_ids.clear();
+            return std::mem::take(&mut self.wire);
+        }
+        mbs.iter()
+            .map(|mb| {
+                let mut wire = mb.to_wire(self.fingerprint);
+                wire.lineage = self.lineage;
+                wire
+            })
+            .collect()
+    }
+
+    fn failed(&self, i: usize, call: &'static str, status: &tonic::Status) -> CallError {
+        metrics::counter!(
+            "colonnade_client_call_errors_total",
+            "method" => call,
+            "code" => code_name(status.code()),
+        )
+        .increment(1);
+        CallError::from_status(&self.shards[i].endpoint, i, self.shards.len(), call, status)
+    }
+}
+
+/// A status code's name as a metric label (tonic's spelling).
+fn code_name(code: tonic::Code) -> &'static str {
+    use tonic::Code::*;
+    match code {
+        Ok => "Ok",
+        Cancelled => "Cancelled",
+        Unknown => "Unknown",
+        InvalidArgument => "InvalidArgument",
+        DeadlineExceeded => "DeadlineExceeded",
+        NotFound => "NotFound",
+        AlreadyExists => "AlreadyExists",
+        PermissionDenied => "PermissionDenied",
+        ResourceExhausted => "ResourceExhausted",
+        FailedPrecondition => "FailedPrecondition",
+        Aborted => "Aborted",
+        OutOfRange => "OutOfRange",
+        Unimplemented => "Unimplemented",
+        Internal => "Internal",
+        Unavailable => "Unavailable",
+        DataLoss => "DataLoss",
+        Unauthenticated => "Unauthenticated",
+    }
+}
+
+/// Deadline of a training call (a minibatch takes milliseconds).
+pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(30);
+
+impl ModelShards for GrpcShards {
+    const BLOCKING: bool = false;
+
+    fn pipeline(&self) -> Self {
+        Self {
+            shards: Arc::clone(&self.shards),
+            fingerprint: self.fingerprint,
+            negative: self.negative,
+            lineage: self.lineage,
+            timeout: self.timeout,
+            pending: Arc::clone(&self.pending),
+            wire: Vec::new(),
+            wire_ids: Vec::new(),
+            part: Vec::new(),
+            sent: 0,
+            received: 0,
+        }
+    }
+
+    fn negative(&self) -> usize {
+        self.negative
+    }
+
+    async fn dotprod(&mut self, mbs: &[Minibatch], dots: &mut Vec<f32>) -> Result<(), CallError> {
+        let req = DotprodRequest {
+            batches: self.wire(mbs),
+        };
+        self.sent += req.encoded_len() as u64 * self.shards.len() as u64;
+        let start = Instant::now();
+        let timeout = self.timeout;
+        let responses = broadcast(&self.shards, |mut client| {
+            let req = with_timeout(req.clone(), timeout);
+            async move { client.dotprod(req).await }
+        })
+        .await;
+        metrics::histogram!("colonnade_client_call_seconds", "method" => "dotprod")
+            .record(start.elapsed().as_secs_f64());
+        let expected: usize = mbs
+            .iter()
+            .map(|mb| mb.examples() * (self.negative + 1))
+            .sum();
+        for (i, resp) in responses.into_iter().enumerate() {
+            let resp = resp.map_err(|e| self.failed(i, "dotprod", &e))?;
+            self.received += resp.encoded_len() as u64;
+            let out = if i == 0 { &mut *dots } else { &mut self.part };
+            let checked = match decode_f32_into("dots", &resp.dots, out) {
+                Err(e) => Err(e.to_string()),
+                Ok(()) if out.len() != expected => {
+                    Err(format!("{} dot products, expected {expected}", out.len()))
+                }
+                Ok(()) => Ok(()),
+            };
+            if let Err(msg) = checked {
+                let status = tonic::Status::internal(format!("bad response: {msg}"));
+                return Err(self.failed(i, "dotprod", &status));
+            }
+            if i > 0 {
+                for (acc, x) in dots.iter_mut().zip(&self.part) {
+                    *acc += x;
+                }
+            }
+        }
+        self.wire = req.batches;
+        self.wire_ids.clear();
+        self.wire_ids.extend(mbs.iter().map(|mb| (mb.id, mb.seed)));
+        Ok(())
+    }
+
+    async fn adjust(&mut self, mbs: &[Minibatch], scaled: &[f32]) -> Result<(), CallError> {
+        let req = AdjustRequest {
+            batches: self.wire(mbs),
+            scaled_weights: encode_f16(scaled),
+        };
+        self.sent += req.encoded_len() as u64 * self.shards.len() as u64;
+        let start = Instant::now();
+        let timeout = self.timeout;
+        let results = broadcast(&self.shards, |mut client| {
+            let req = with_timeout(req.clone(), timeout);
+            async move { client.adjust(req).await }
+        })
+        .await;
+        metrics::histogram!("colonnade_client_call_seconds", "method" => "adjust")
+            .record(start.elapsed().as_secs_f64());
+        for (i, res) in results.into_iter().enumerate() {
+            let pending = res
+                .map_err(|e| self.failed(i, "adjust", &e))?
+                .checkpoint_pending;
+            if pending != 0 {
+                self.pending
+                    .fetch_max(pending, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+        Ok(())
+    }
+
+    fn wire_bytes(&self) -> (u64, u64) {
+        (self.sent, self.received)
+    }
+}
