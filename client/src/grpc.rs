@@ -45,9 +45,9 @@ pub fn with_timeout<T>(message: T, timeout: Duration) -> tonic::Request<T> {
 
 /// Fails, naming the shard, when `status` (of the shard at `endpoint`) is
 /// of another shard API than this client's: shards of another API may draw
-/// other negatives from the same seed (API 5 changed the sampler of large
-/// vocabularies) or read calls otherwise, and their partial dot products
-/// would not add up, silently.
+/// other negatives from the same seed (APIs 4 and 5 sample large
+/// vocabularies differently) or read calls otherwise, and their partial dot
+/// products would not add up, silently.
 pub fn same_api(endpoint: &str, status: &v1::StatusResponse) -> anyhow::Result<()> {
     if status.api_version != colonnade_proto::API_VERSION {
         bail!(

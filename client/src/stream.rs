@@ -11,9 +11,9 @@
 //! the same sentence with |k − j| ≤ r_j. Consecutive input positions, across
 //! sentence (and epoch) boundaries, are grouped into minibatches of
 //! `minibatch` inputs (paper eq. (3): a minibatch is a set of (sentence,
-//! position) pairs). Spanning sentences matters: Wikipedia lines average ~77
-//! tokens, ~40 after subsampling, so per-sentence minibatches would be tiny
-//! and every RPC's fixed cost would dominate.
+//! position) pairs). Spanning sentences matters: lines of text such as
+//! Wikipedia's are short, shorter still after subsampling, so per-sentence
+//! minibatches would be tiny and every RPC's fixed cost would dominate.
 //!
 //! Subsampling and radii come from the sentence's ChaCha8 stream, keyed by
 //! (run seed, epoch, sentence index), the sentence index counting all

@@ -81,9 +81,9 @@ pub struct Progress {
 }
 
 impl Progress {
-    /// Marks training done and wakes the reporter at once: it used to notice
-    /// only at its next half-second tick, which quantized every run's wall
-    /// time to 0.5 s (two runs 8 % apart in CPU ended at the same 3.57 s).
+    /// Marks training done and wakes the reporter at once, not at its next
+    /// half-second tick, so that a run's end (and its wall time) is not
+    /// rounded up to that tick.
     pub fn finish(&self) {
         self.done.store(true, Relaxed);
         self.finished.notify_one();
@@ -610,8 +610,9 @@ impl Sgns {
 
     /// Every [`LOSS_EVERY`]th minibatch of a pipeline: its loss, from its
     /// dot products `self.dots[range]`, and pair count, for the progress
-    /// display (the logarithms cost ~4 % of a run's CPU when taken for every
-    /// pair).
+    /// display (the logarithms are too costly to take for every pair, and
+    /// the display needs no more: docs/benchmarks-history.md, "What changed,
+    /// and what each change bought").
     fn sampled_loss(
         &mut self,
         mb: &Minibatch,

@@ -429,8 +429,8 @@ async fn create_model_over_the_limit_is_refused_before_the_counts() {
     shard.stop().await;
 }
 
-/// A shard of the previous API (here a stand-in that answers `Status` as a
-/// v4 ps-shard did, and nothing else): a worker of this release refuses it
+/// A shard of an older API (here a stand-in that answers `Status` as a v4
+/// ps-shard does, and nothing else): a worker of this release refuses it
 /// by name before creating anything, since its negatives would differ.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shard_of_another_api_version_is_refused() {

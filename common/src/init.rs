@@ -1,10 +1,11 @@
 //! Initial values of the vectors. As in gensim 4, input vectors start uniform
 //! in [−1/d, 1/d) and output vectors at zero. (word2vec C draws from
-//! [−0.5/d, 0.5/d); on part 01 that range cost gensim's own CBOW 1.1 analogy
-//! points, docs/benchmarks.md "CBOW against gensim CBOW".) Component c of u(w) is word c of
-//! the ChaCha8 stream `w` under the key derived from the init seed, so any shard
-//! computes its columns without the others and the starting model is the same
-//! for every shard count.
+//! [−0.5/d, 0.5/d), a range that costs CBOW analogy accuracy, in gensim as in
+//! Colonnade: docs/benchmarks-history.md, "The cause: the initial range of
+//! the input vectors".) Component c of u(w) is word c of the ChaCha8 stream
+//! `w` under the key derived from the init seed, so any shard computes its
+//! columns without the others and the starting model is the same for every
+//! shard count.
 
 use crate::seeds::{derive, Purpose};
 use rand::{RngCore, SeedableRng};

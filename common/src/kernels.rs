@@ -4,8 +4,9 @@
 //! written with independent accumulators over fixed-width chunks. LLVM
 //! vectorizes `axpy_kernel` fully for whatever target features its caller is
 //! compiled with, but not `dot_kernel`: its lane fold makes the SLP vectorizer
-//! fall back to 2-wide loads (seen in the shard's disassembly; ~2.7× slower
-//! than 8-wide on 50 columns). So the dot product also exists as AVX-512 and
+//! fall back to 2-wide loads (seen in the shard's disassembly), far slower
+//! than 8-wide ones (docs/benchmarks-history.md, "What changed, and what each
+//! change bought"). So the dot product also exists as AVX-512 and
 //! AVX intrinsics ([`Avx512`], [`Avx`]), chosen through the [`Simd`] trait:
 //! the shard's hot loops are generic over it, `#[multiversion]`ed (AVX2+FMA,
 //! AVX, NEON, baseline, chosen at run time; never a wider set

@@ -50,7 +50,7 @@ impl std::fmt::Display for Objective {
 }
 
 /// Serialized as the boolean `cbow` (absent: skip-gram), as the checkpoint
-/// files have always stored it.
+/// files store it.
 mod objective_as_cbow {
     use super::Objective;
 
@@ -95,7 +95,8 @@ impl ModelSpec {
     /// The fingerprint every training request carries. It covers the vocabulary,
     /// the counts that define the sampler (through the vocabulary fingerprint),
     /// the dimension, the negatives, the sampling power, the init seed and the
-    /// objective (CBOW only: skip-gram fingerprints predate it), and not the
+    /// objective (CBOW only, so that a skip-gram model keeps the fingerprint
+    /// of files and data dirs written by releases without CBOW), and not the
     /// column split, so every shard of one model holds the same value.
     pub fn fingerprint(&self) -> u64 {
         let mut h = Xxh3::new();
@@ -281,7 +282,7 @@ mod tests {
             serde_json::from_value::<ShardSpec>(json).expect("parses"),
             spec
         );
-        // Files written before CBOW have no `cbow` field: skip-gram.
+        // A file without a `cbow` field (from a release without CBOW) is skip-gram.
         let old = serde_json::json!({"vocab_fingerprint": 1, "vocab_size": 10, "dim": 8,
             "negative": 5, "sampling_power": 0.75, "init_seed": 3, "col_start": 0, "col_end": 8});
         let parsed: ShardSpec = serde_json::from_value(old).expect("parses");

@@ -4,13 +4,14 @@
 //!
 //! From a million words on, the table's buckets are *runs* of consecutive
 //! word ids with the same count, when that is smaller: a vocabulary in count
-//! order (as `colonnade vocab` writes it) has few distinct counts (4,566 runs
-//! for the 20M words of the scale benchmark's corpus), so the table stays in
-//! the caches whatever V is, and a draw picks a run by alias, then a word of
-//! the run uniformly by a second value of the stream, with no cache or TLB
-//! miss. Otherwise (fewer words, or counts in no order) each bucket is one
-//! word: 8 bytes a word; at millions of words a draw's bucket is then a miss,
-//! which [`AliasSampler::targets`] prefetches.
+//! order (as `colonnade vocab` writes it) has few distinct counts (its long
+//! tail is runs of words seen once, twice, ...; docs/benchmarks-history.md,
+//! "A shard process at 20M, and the sampler over runs of equal counts"), so
+//! the table stays in the caches whatever V is, and a draw picks a run by
+//! alias, then a word of the run uniformly by a second value of the stream,
+//! with no cache or TLB miss. Otherwise (fewer words, or counts in no
+//! order) each bucket is one word: 8 bytes a word; at millions of words a
+//! draw's bucket is then a miss, which [`AliasSampler::targets`] prefetches.
 //!
 //! Shards build the table from the counts the client sends and draw from the
 //! minibatch's ChaCha8 stream; construction is plain sequential f64 arithmetic
@@ -34,8 +35,8 @@ pub enum SamplerError {
 pub struct AliasSampler {
     /// Per bucket i: (probability of keeping i scaled to 2^32, u32::MAX
     /// meaning always; the bucket drawn otherwise), side by side so that a
-    /// draw touches one cache line (two separate arrays cost two misses per
-    /// draw; perf put ~60 % of drawing the targets on those loads).
+    /// draw touches one cache line (two separate arrays would cost two
+    /// misses per draw, and drawing the targets waits on those loads).
     buckets: Box<[(u32, u32)]>,
     /// Runs: bucket k is the words `starts[k]..starts[k + 1]`, all of one
     /// count (`buckets.len() + 1` entries, the last the word count). Empty:
@@ -146,8 +147,8 @@ impl AliasSampler {
             return k;
         }
         // Always the second value, also for a run of one word (it then
-        // adds 0): a branch on the run's length mispredicted (2.6× the
-        // time per draw on part 01's vocabulary).
+        // adds 0): a branch on the run's length mispredicts, and costs
+        // more than the second value it would save.
         let (start, end) = (self.starts[k as usize], self.starts[k as usize + 1]);
         start + ((u128::from(draw()) * u128::from(end - start)) >> 64) as u32
     }
@@ -181,10 +182,10 @@ impl AliasSampler {
     /// drawn by [`Self::negatives`] from `rng`, in turn. With a bucket per
     /// word, each draw's bucket is prefetched [`DRAW_AHEAD`] draws before it
     /// is read: at millions of words that table is far larger than the
-    /// caches, and each bucket read was a cache (and TLB) miss that the draw
-    /// waited for; `rng` is then read `DRAW_AHEAD` values past the last one
-    /// used, and must not be drawn from afterwards. (A table over runs is
-    /// small and needs no prefetch.)
+    /// caches, and each bucket read is a cache (and TLB) miss that the draw
+    /// would wait for; `rng` is then read `DRAW_AHEAD` values past the last
+    /// one used, and must not be drawn from afterwards. (A table over runs
+    /// is small and needs no prefetch.)
     pub fn targets<R: RngCore>(
         &self,
         rng: &mut R,

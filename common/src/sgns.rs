@@ -191,7 +191,8 @@ mod tests {
     }
 
     /// `wire_scaled_weight` rounds as `half` does, for every f32: both
-    /// halves of the bit patterns on two threads (~10 s in release).
+    /// halves of the bit patterns on two threads, as 2^32 conversions take
+    /// a while even in release.
     #[test]
     fn wire_rounding_equals_half_for_every_f32() {
         let check = |range: std::ops::RangeInclusive<u32>| {

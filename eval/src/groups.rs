@@ -16,8 +16,8 @@ use serde::Serialize;
 use std::path::{Path, PathBuf};
 
 /// A groups file as read: its text, and where each group's line lies in it
-/// (16 bytes a group, not a `String` a member: at 20M words the members as
-/// strings cost about 1 GB beside the 200 MB file).
+/// (16 bytes a group, not a `String` a member: at tens of millions of words
+/// the members as strings would take several times the file's own size).
 pub struct GroupSet {
     pub path: PathBuf,
     text: String,

@@ -11,8 +11,8 @@
 //!   (`tests/python/test_node_classification.py` checks the agreement). A fit
 //!   stops when the L2 norm of the gradient of that mean objective is below
 //!   the tolerance (1e-6 by default; scikit-learn's default `tol=1e-4` bounds
-//!   the largest component instead, which on BlogCatalog left F1 up to 0.004
-//!   away from the converged value). Fits that stop above it are counted. A
+//!   the largest component instead, which can leave F1 measurably away from
+//!   the converged value). Fits that stop above it are counted. A
 //!   label with no positive training node is never predicted, one whose
 //!   training nodes are all positive always is, as scikit-learn's
 //!   `OneVsRestClassifier` does with its constant predictor.
@@ -33,7 +33,7 @@ use ndarray_016 as nd;
 /// Default `tolerance` of [`fit_binary`] (`colonnade eval --label-tol`).
 /// scikit-learn's default stops when the largest component of the same
 /// gradient is below 1e-4, a looser test; this one lands closer to the unique
-/// optimum, at about twice the time.
+/// optimum, at the cost of more solver iterations.
 pub const DEFAULT_TOLERANCE: f64 = 1e-6;
 /// Default `max_iterations` of [`fit_binary`] (`colonnade eval --label-max-iter`).
 pub const DEFAULT_MAX_ITERATIONS: u64 = 1000;

@@ -26,8 +26,8 @@ pub struct Provenance {
     pub init_seed: u64,
     /// Number of shards the model was split over.
     pub shards: u64,
-    /// The training objective: `skip-gram` or `cbow` (files written before
-    /// CBOW existed have none: skip-gram).
+    /// The training objective: `skip-gram` or `cbow` (absent, in files of
+    /// releases without CBOW: skip-gram).
     #[serde(default = "skip_gram")]
     pub objective: String,
     /// The run that trained the model: known to `train` only.

@@ -17,7 +17,7 @@ use tonic::transport::server::{Connected, TcpConnectInfo};
 
 /// Most connections a shard keeps open at once: below the usual 1,024-file
 /// soft limit, so that accepting never fails with "too many open files"
-/// (which left a shard spinning on `accept`, refusing everyone silently).
+/// (after which a shard would spin on `accept`, refusing everyone silently).
 /// A cluster needs about one per client process per shard.
 pub const MAX_CONNECTIONS: usize = 512;
 

@@ -22,28 +22,26 @@
 //! accepts, minus lost updates, since each row update is atomic.
 //!
 //! Why not relaxed `AtomicU32` cells (race-free without `unsafe`)? Atomic
-//! loads and stores are never vectorized: every row touch costs one scalar
-//! load/convert/store per column, and the criterion bench
-//! (`shard/adjust_pairs/256`) measured the shard's `adjust` ~2.7× slower
-//! than with a lock per row and SIMD kernels. An uncontended lock is two
-//! compare-exchanges per row touch. Why parking_lot's mutex and not a pure
-//! spin lock (`spinning_top`, tried)? A thread preempted while holding a hot
-//! row (a frequent word) made the other spin for its whole time slice: one
-//! of two identical 1-epoch runs took twice the CPU. parking_lot spins
-//! briefly, then sleeps.
+//! loads and stores are never vectorized: every row touch would cost one
+//! scalar load/convert/store per column, far more than a lock per row and
+//! SIMD kernels (docs/benchmarks-history.md, "What changed, and what each
+//! change bought"). An uncontended lock is two compare-exchanges per row
+//! touch. Why parking_lot's mutex and not a pure spin lock (`spinning_top`)?
+//! A thread preempted while holding a hot row (a frequent word) would make
+//! the others spin for its whole time slice; parking_lot spins briefly, then
+//! sleeps.
 //!
 //! Memory layout ([`RowLayout`]): mostly packed, each row a 4-byte slot
 //! holding its lock, then its cells (all views' columns), so the lock shares
 //! the row's first cache line (a separate lock array costs one more cache
-//! miss per row visit: 15 % at 25 columns and V = 20M). Rows whose cells fill
-//! whole cache lines (multiples of 16 columns) are 64-byte aligned instead,
-//! one line fewer each and no AVX load straddling two, with their locks in
-//! an array after the rows. The rows live in an
-//! anonymous memory map advised for transparent huge pages (2 MiB, on Linux)
-//! and aligned to 2 MiB: rows are visited at random, and with 4 KiB pages
-//! nearly every visit of a large model missed the TLB (perf put ~1/4 of
-//! `dotprod` on the prefetch that waited for the page walk). numpy does the
-//! same for gensim's arrays.
+//! miss per row visit, which narrow rows cannot pay back). Rows whose cells
+//! fill whole cache lines (multiples of 16 columns) are 64-byte aligned
+//! instead, one line fewer each and no AVX load straddling two, with their
+//! locks in an array after the rows. The rows live in an anonymous memory
+//! map advised for transparent huge pages (2 MiB, on Linux) and aligned to
+//! 2 MiB: rows are visited at random, and with 4 KiB pages nearly every
+//! visit of a large model misses the TLB, so a row's prefetch waits for the
+//! page walk. numpy does the same for gensim's arrays.
 //!
 //! [`with_row_mut`]: HogwildMatrix::with_row_mut
 #![allow(
@@ -106,7 +104,7 @@ pub const ROW_LOCK_APART_BYTES: u64 = 1;
 /// aligned to 64 bytes with no slot, and their 1-byte locks are an array of
 /// their own after the rows. A lock array costs one more cache line per row
 /// visit, which narrow packed rows cannot pay back, so they stay packed
-/// (docs/benchmarks.md, "Rows of whole cache lines").
+/// (docs/benchmarks-history.md, "Rows of whole cache lines").
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RowLayout {
     /// Bytes from one row's start to the next.
@@ -393,7 +391,9 @@ impl HogwildMatrix {
     /// Whether every row's cells of this view start on a 64-byte boundary
     /// (the map's base is 2 MiB-aligned): rows of whole cache lines
     /// ([`RowLayout`]), and a view starting at a multiple of 16 columns.
-    /// 512-bit loads pay only then (docs/benchmarks.md).
+    /// 512-bit loads pay only then: elsewhere nearly every one straddles two
+    /// lines (docs/benchmarks-history.md, "AVX-512 on rows of whole cache
+    /// lines").
     pub fn lines_aligned(&self) -> bool {
         self.stride.is_multiple_of(64) && self.cells_at.is_multiple_of(64)
     }
@@ -662,7 +662,7 @@ mod tests {
     #[test]
     fn concurrent_updates_are_never_lost() {
         // Four threads add 1.0 to the same row 10,000 times each: with a lock
-        // per row every addition lands (the atomic-cell version lost some).
+        // per row every addition lands (unlocked atomic cells would lose some).
         let m = HogwildMatrix::zeroed(2, 8).expect("map");
         std::thread::scope(|s| {
             for _ in 0..4 {

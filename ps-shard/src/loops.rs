@@ -135,7 +135,8 @@ pub(crate) struct Work<'a> {
 
 /// The dot products of a validated minibatch into `dots`, pair-major
 /// (request order), one visit per distinct output row. No AVX-512 clone:
-/// over `ps-shard` processes it lost (docs/benchmarks.md).
+/// over `ps-shard` processes the split loops are slower with one
+/// (docs/benchmarks-history.md, "AVX-512 on rows of whole cache lines").
 #[multiversion(targets("x86_64+avx2+fma", "x86_64+avx", "aarch64+neon"))]
 pub(crate) fn dotprod_loop<'a>(work: Work<'a>, dots: &'a mut [f32]) {
     match_target! {
@@ -294,11 +295,10 @@ pub(crate) struct FusedSteps<'a> {
 
 /// [`fused_loop`]'s body with the dot products of `$k`, written out in each
 /// function compiled for a target (a macro, not a function): the per-row
-/// closure then inherits that function's target features. Defined in a
-/// helper function, which has none, it ran the axpys without AVX whenever
-/// LLVM left it out of line: 1.22x the time of part 01 at d 100 over 4
-/// embedded shards (and 1.19x the CPU of the two calls in an earlier
-/// helper, by perf).
+/// closure then inherits that function's target features. In a helper
+/// function, which has none, it would run the axpys without AVX whenever
+/// LLVM leaves it out of line (docs/benchmarks-history.md, "AVX-512 on rows
+/// of whole cache lines").
 macro_rules! fused_body {
     ($k:expr, $work:expr, $steps:expr) => {{
         let k = $k;
@@ -327,8 +327,9 @@ macro_rules! fused_body {
         let u_rows = &*u_rows;
         // Per row, in one hold of its lock: its dot products, their
         // weights, its updates. (Two holds, one for the dots and one for the
-        // updates, cost two more locked instructions per row, each waiting
-        // on memory: 12 % of the loop at V = 5M.)
+        // updates, would cost two more locked instructions per row, each
+        // waiting on memory: docs/benchmarks-history.md, "Prefetched negative
+        // draws and one lock hold per row".)
         for (x, run) in RowRuns::new(v, plan, groups) {
             let scale = row_step_scale(run.len() as u64, cap);
             v.with_row_mut(x, |row| {
@@ -350,7 +351,7 @@ macro_rules! fused_body {
 /// in one visit per output row. Bit for bit what the two loops give on
 /// each shard with the client's weights (from the summed partial dot
 /// products) in between: a row's dot products read u as the call
-/// found it (`u_rows`) and the row before its own update, as `dotprod` did
+/// found it (`u_rows`) and the row before its own update, as `dotprod` does
 /// (each row is visited once, and u is updated after all rows); the same
 /// kernels compute them. A diverged dot product (beyond
 /// `colonnade_common::sgns::DIVERGED_DOT`, or NaN)
@@ -358,8 +359,9 @@ macro_rules! fused_body {
 pub(crate) fn fused_loop<'a>(work: Work<'a>, steps: FusedSteps<'a>) {
     // AVX-512 only when every shard's partial dot product starts on a
     // 64-byte boundary of the row: on packed rows nearly every 512-bit load
-    // straddles two lines, and a clone of the loops gained nothing there
-    // (docs/benchmarks.md, "The plan's sort, and three loop experiments").
+    // straddles two lines, and a clone of the loops gains nothing there
+    // (docs/benchmarks-history.md, "The plan's sort, and three loop
+    // experiments").
     #[cfg(target_arch = "x86_64")]
     if work.v.lines_aligned() && steps.ends.iter().all(|e| e.is_multiple_of(16)) {
         if let Some(k) = Avx512::detect() {

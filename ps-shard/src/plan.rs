@@ -46,11 +46,10 @@ const DIGIT_BITS: u32 = 11;
 /// the bits the keys' rows use (their bitwise or, so no bound is trusted),
 /// in as few digits of at most [`DIGIT_BITS`] as they need (a 10K-word
 /// vocabulary two of 7 bits, a 69K-word one two of 9, a 20M-word one three
-/// of 9; whole bytes took 3 and 4 passes there), skipping digits that are
-/// the same in every key. `tmp` is its second buffer, kept by the caller
-/// from call to call: the `radsort` crate this replaces allocated one per
-/// call, the one allocation a steady-state `dotprod` made besides its
-/// response (`ps-shard/tests/allocations.rs`).
+/// of 9, where whole bytes would take 3 and 4 passes), skipping digits that
+/// are the same in every key. `tmp` is its second buffer, kept by the caller
+/// from call to call, so that a steady-state `dotprod` allocates nothing
+/// for the sort (`ps-shard/tests/allocations.rs`).
 pub(crate) fn sort_by_row(keys: &mut Vec<u64>, tmp: &mut Vec<u64>) {
     const MAX_DIGITS: usize = u32::BITS.div_ceil(DIGIT_BITS) as usize;
     let n = keys.len();
@@ -208,8 +207,10 @@ impl Targets {
             &mut self.input_scale,
         );
         // Per dot product, not per example: the plan below then looks its
-        // position up without dividing by `per_pair` (a `div` per dot
-        // product was a quarter of this function's time).
+        // position up without dividing by `per_pair` (an integer division
+        // per dot product is slow beside the rest of this function:
+        // docs/benchmarks-history.md, "Shared negatives measured, and the
+        // plan without divisions").
         self.input_of_dot.clear();
         for (p, &c) in context_counts.iter().enumerate() {
             // A position's examples: CBOW one, skip-gram one per context word.
@@ -231,9 +232,8 @@ impl Targets {
         // A stable radix sort on the row alone: ties keep request order.
         sort_by_row(&mut self.keys, &mut self.keys_tmp);
         // Two passes over locals: pushing to both vectors of `self` in one
-        // loop reloaded their lengths and capacities at every key (a store
-        // through one might have changed the other's), a third of this
-        // function's time.
+        // loop would reload their lengths and capacities at every key (a
+        // store through one might change the other's).
         let (keys, input_of_dot) = (&self.keys, &self.input_of_dot);
         self.plan.clear();
         self.plan.extend(keys.iter().map(|&key| {

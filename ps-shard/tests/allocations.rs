@@ -12,7 +12,8 @@
 //! number must not grow with the minibatches per call or the pairs in them.
 //!
 //! `cargo test -p colonnade-ps-shard --test allocations -- --nocapture`
-//! prints the figures recorded in docs/benchmarks.md.
+//! prints the figures recorded in docs/benchmarks.md, "Allocations per call
+//! on a shard".
 
 use colonnade_common::model::ModelSpec;
 use colonnade_proto::v1::shard_server::Shard;

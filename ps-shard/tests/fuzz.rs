@@ -9,7 +9,8 @@
 //! rejected `adjust` must leave both matrices bit for bit as they were.
 //!
 //! CI runs a few thousand cases; `scripts/fuzz.sh [CASES]` runs millions
-//! and prints the tally recorded in docs/benchmarks.md.
+//! and prints the tally recorded in docs/benchmarks.md, "Fuzzing the shard's
+//! requests".
 
 use colonnade_common::model::ModelSpec;
 use colonnade_common::model::Objective;

@@ -304,7 +304,7 @@ async fn hostile_requests_end_in_clear_errors_and_the_shard_stays_within_its_bud
 
     // PullRows streams nobody reads, on their own connection: 16 are
     // served, the 17th is refused, and training calls and model creation
-    // still answer (they hung once the blocking pool was spent).
+    // still answer (a stream that held a blocking thread would starve them).
     let mut hoarder = shard.client(Duration::from_secs(5)).await;
     let mut held = Vec::new();
     for i in 0..16 {
@@ -401,12 +401,11 @@ async fn health_says_not_serving_while_the_compute_threads_do_not_answer() {
     let health = free_addr();
     let shard = Shard::start_with(&["--health-listen", &health, "--health-stall-secs", "0.5"]);
     let mut c = shard.client(Duration::from_secs(30)).await;
-    // Wide rows: a call's compute (~1 s on one thread at 8,000 dims) is
-    // long against the time its request takes to arrive, so that calls
-    // queue on the one compute thread whatever the machine's speed. (At
-    // 2,000 dims a call took 0.3 s on a 2.6 GHz Zen 5 with rows aligned to
-    // cache lines, an experiment of 2026-11-27, and the probes were answered
-    // between calls.)
+    // Wide rows: a call's compute at 8,000 dims is long against the time
+    // its request takes to arrive, so that calls queue on the one compute
+    // thread whatever the machine's speed. (With narrower rows a fast
+    // machine finishes each call before the next arrives, and the probes
+    // are answered between calls.)
     let fp = create(&mut c, spec(2_000, 8_000, 5))
         .await
         .expect("a model within the budget");

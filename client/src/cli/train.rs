@@ -89,7 +89,8 @@ pub struct TrainArgs {
     /// so that per-call costs are paid once for all of them. Minibatches in
     /// flight per worker: threads × --in-flight × this. Default: the most
     /// (up to 4) that keeps all --num-workers workers together at or under
-    /// 16 in flight; on part 01, 32 in flight diverged (docs/benchmarks.md).
+    /// 16 in flight, beyond which training can diverge (docs/benchmarks.md,
+    /// "Quality against minibatches in flight").
     #[arg(long, env = "COLONNADE_MINIBATCHES_PER_CALL", value_parser = clap::value_parser!(u32).range(1..=256))]
     pub minibatches_per_call: Option<u32>,
     /// Input words per minibatch.
@@ -350,8 +351,8 @@ pub fn check_outputs(args: &TrainArgs) -> anyhow::Result<()> {
 }
 
 /// Minibatches in flight across all workers of a model up to which quality
-/// held on part 01 (docs/benchmarks.md, "Quality against minibatches in
-/// flight"): the default of --minibatches-per-call keeps under it.
+/// holds (docs/benchmarks.md, "Quality against minibatches in flight"): the
+/// default of --minibatches-per-call keeps under it.
 pub const MAX_SAFE_IN_FLIGHT: u64 = 16;
 
 /// `--minibatches-per-call`: as given, else the most up to 4 that keeps the
