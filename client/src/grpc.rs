@@ -36,6 +36,22 @@ where
         .collect()
 }
 
+/// Adds the little-endian f32 values of `raw` to `acc`, element by element;
+/// fails, saying why, when their number differs.
+fn add_f32_le(raw: &[u8], acc: &mut [f32]) -> Result<(), String> {
+    if raw.len() != acc.len() * 4 {
+        return Err(format!(
+            "{} bytes of dot products, expected {}",
+            raw.len(),
+            acc.len() * 4
+        ));
+    }
+    for (a, b) in acc.iter_mut().zip(raw.chunks_exact(4)) {
+        *a += f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+    }
+    Ok(())
+}
+
 /// `message` with a deadline.
 pub fn with_timeout<T>(message: T, timeout: Duration) -> tonic::Request<T> {
     let mut r = tonic::Request::new(message);
@@ -76,10 +92,11 @@ pub struct GrpcShards {
     /// The newest checkpoint version a shard said other workers wait for.
     pending: Arc<std::sync::atomic::AtomicU64>,
     /// The last call's minibatches in wire form (and their identities),
-    /// from their `dotprod` for their `adjust`.
+    /// from their `dotprod` for their `adjust`, and how the adjust names
+    /// the call to the shards that kept its plan.
     wire: Vec<v1::Minibatch>,
     wire_ids: Vec<(MinibatchId, u64)>,
-    part: Vec<f32>,
+    call: Option<v1::CallRef>,
     sent: u64,
     received: u64,
 }
@@ -95,7 +112,7 @@ impl GrpcShards {
             pending: Arc::default(),
             wire: Vec::new(),
             wire_ids: Vec::new(),
-            part: Vec::new(),
+            call: None,
             sent: 0,
             received: 0,
         }
@@ -120,7 +137,7 @@ impl GrpcShards {
 
     /// The wire form of `mbs`: the one the last `dotprod` encoded, when it
     /// was for the same minibatches.
-    fn wire(&mut self, mbs: &[Minibatch]) -> Vec<v1::Minibatch> {
+    fn wire(&self, mbs: &[Minibatch]) -> Vec<v1::Minibatch> {
         let same = self.wire_ids.len() == mbs.len()
             && self
                 .wire_ids
@@ -128,8 +145,7 @@ impl GrpcShards {
                 .zip(mbs)
                 .all(|(&(id, seed), mb)| id == mb.id && seed == mb.seed);
         if same {
-            self.wire_ids.clear();
-            return std::mem::take(&mut self.wire);
+            return self.wire.clone();
         }
         mbs.iter()
             .map(|mb| {
@@ -191,7 +207,7 @@ impl ModelShards for GrpcShards {
             pending: Arc::clone(&self.pending),
             wire: Vec::new(),
             wire_ids: Vec::new(),
-            part: Vec::new(),
+            call: None,
             sent: 0,
             received: 0,
         }
@@ -203,7 +219,7 @@ impl ModelShards for GrpcShards {
 
     async fn dotprod(&mut self, mbs: &[Minibatch], dots: &mut Vec<f32>) -> Result<(), CallError> {
         let req = DotprodRequest {
-            batches: self.wire(mbs),
+            minibatches: self.wire(mbs),
         };
         self.sent += req.encoded_len() as u64 * self.shards.len() as u64;
         let start = Instant::now();
@@ -222,43 +238,92 @@ impl ModelShards for GrpcShards {
         for (i, resp) in responses.into_iter().enumerate() {
             let resp = resp.map_err(|e| self.failed(i, "dotprod", &e))?;
             self.received += resp.encoded_len() as u64;
-            let out = if i == 0 { &mut *dots } else { &mut self.part };
-            let checked = match decode_f32_into("dots", &resp.dots, out) {
-                Err(e) => Err(e.to_string()),
-                Ok(()) if out.len() != expected => {
-                    Err(format!("{} dot products, expected {expected}", out.len()))
-                }
-                Ok(()) => Ok(()),
+            // Shard 0's dot products, then each other shard's added in place,
+            // in shard order, straight from its little-endian bytes.
+            let checked = if i == 0 {
+                decode_f32_into("dots", &resp.dots, dots).map_err(|e| e.to_string())
+            } else {
+                add_f32_le(&resp.dots, dots)
             };
+            let checked = checked.and_then(|()| {
+                let n = resp.dots.len() / 4;
+                (n == expected)
+                    .then_some(())
+                    .ok_or_else(|| format!("{n} dot products, expected {expected}"))
+            });
             if let Err(msg) = checked {
                 let status = tonic::Status::internal(format!("bad response: {msg}"));
                 return Err(self.failed(i, "dotprod", &status));
             }
-            if i > 0 {
-                for (acc, x) in dots.iter_mut().zip(&self.part) {
-                    *acc += x;
-                }
-            }
         }
-        self.wire = req.batches;
+        self.call = mbs.first().map(|mb| v1::CallRef {
+            model_fingerprint: self.fingerprint,
+            lineage: self.lineage,
+            seed: mb.seed,
+            minibatches: mbs.len() as u32,
+            dots: expected as u64,
+        });
+        self.wire = req.minibatches;
         self.wire_ids.clear();
         self.wire_ids.extend(mbs.iter().map(|mb| (mb.id, mb.seed)));
         Ok(())
     }
 
+    /// Sends the call's weights naming the call (its shards kept its plan
+    /// from the `dotprod`); a shard that no longer holds the plan answers
+    /// NOT_FOUND and is sent the adjust again with the call's minibatches.
     async fn adjust(&mut self, mbs: &[Minibatch], scaled: &[f32]) -> Result<(), CallError> {
-        let req = AdjustRequest {
-            batches: self.wire(mbs),
-            scaled_weights: encode_f16(scaled),
+        let scaled_weights = encode_f16(scaled);
+        let same_call = self.call.filter(|_| {
+            self.wire_ids.len() == mbs.len()
+                && self
+                    .wire_ids
+                    .iter()
+                    .zip(mbs)
+                    .all(|(&(id, seed), mb)| id == mb.id && seed == mb.seed)
+        });
+        let named = AdjustRequest {
+            minibatches: Vec::new(),
+            scaled_weights: scaled_weights.clone(),
+            call: same_call,
         };
-        self.sent += req.encoded_len() as u64 * self.shards.len() as u64;
-        let start = Instant::now();
+        let full = |shards: &Self| AdjustRequest {
+            minibatches: shards.wire(mbs),
+            scaled_weights: scaled_weights.clone(),
+            call: None,
+        };
+        let req = if same_call.is_some() {
+            named
+        } else {
+            full(self)
+        };
         let timeout = self.timeout;
-        let results = broadcast(&self.shards, |mut client| {
-            let req = with_timeout(req.clone(), timeout);
-            async move { client.adjust(req).await }
-        })
-        .await;
+        let start = Instant::now();
+        let mut results = {
+            self.sent += req.encoded_len() as u64 * self.shards.len() as u64;
+            broadcast(&self.shards, |mut client| {
+                let req = with_timeout(req.clone(), timeout);
+                async move { client.adjust(req).await }
+            })
+            .await
+        };
+        let missed: Vec<usize> = results
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.as_ref().is_err_and(|e| e.code() == tonic::Code::NotFound))
+            .map(|(i, _)| i)
+            .collect();
+        if !missed.is_empty() && same_call.is_some() {
+            let again = full(self);
+            for &i in &missed {
+                self.sent += again.encoded_len() as u64;
+                let mut client = self.shards[i].client.clone();
+                results[i] = client
+                    .adjust(with_timeout(again.clone(), timeout))
+                    .await
+                    .map(tonic::Response::into_inner);
+            }
+        }
         metrics::histogram!("colonnade_client_call_seconds", "method" => "adjust")
             .record(start.elapsed().as_secs_f64());
         for (i, res) in results.into_iter().enumerate() {
@@ -270,6 +335,7 @@ impl ModelShards for GrpcShards {
                     .fetch_max(pending, std::sync::atomic::Ordering::Relaxed);
             }
         }
+        self.call = None;
         Ok(())
     }
 

@@ -510,15 +510,14 @@ async fn pipeline<S: ModelShards>(
 
 /// The SGNS step of one pipeline, and its buffers.
 struct Sgns {
-    /// Per example (a skip-gram pair, a CBOW position): 1 + negatives dot
-    /// products (example-major).
+    /// Dot products per example (a skip-gram pair, a CBOW position):
+    /// 1 + negatives.
     per_pair: usize,
+    /// A call's dot products, in wire order.
     dots: Vec<f32>,
     /// The weights ÷ α, as they travel (see [`ModelShards::adjust`]).
     scaled: Vec<f32>,
-    /// Per minibatch of the call: its sampled loss, if any.
-    losses: Vec<Option<(f64, usize)>>,
-    /// Minibatches this pipeline has stepped.
+    /// Calls this pipeline has stepped.
     steps: u64,
 }
 
@@ -528,12 +527,13 @@ impl Sgns {
             per_pair: negative + 1,
             dots: Vec::new(),
             scaled: Vec::new(),
-            losses: Vec::new(),
             steps: 0,
         }
     }
 
     /// dotprod → weights and loss → adjust, for the minibatches of one call.
+    /// The call's dot products come in its wire order (`colonnade.v1`
+    /// DotprodResponse): first one positive per example, then the negatives.
     async fn step<S: ModelShards>(
         &mut self,
         shards: &mut S,
@@ -541,46 +541,40 @@ impl Sgns {
         progress: &Progress,
     ) -> anyhow::Result<()> {
         let (sent0, received0) = shards.wire_bytes();
-        let expected: usize = mbs.iter().map(|mb| mb.examples() * self.per_pair).sum();
-        let mut losses = std::mem::take(&mut self.losses);
-        losses.clear();
+        let examples: usize = mbs.iter().map(Minibatch::examples).sum();
         // Either path applies the same updates: every dot product's weight
         // under the divergence rule (`applied_weight`: none for a diverged
-        // one); then a minibatch with a diverged dot product stops training.
+        // one); then a call with a diverged dot product stops training.
         if shards.fused_step(mbs, &mut self.dots).await? {
             // The shards weighed and applied the dot products themselves.
-            self.check_count(expected, mbs.len())?;
+            self.check_count(examples, mbs.len())?;
         } else {
             shards.dotprod(mbs, &mut self.dots).await?;
-            self.check_count(expected, mbs.len())?;
+            self.check_count(examples, mbs.len())?;
             self.scaled.clear();
-            let per_pair = self.per_pair;
             self.scaled.extend(
                 self.dots
                     .iter()
                     .enumerate()
-                    .map(|(t, &f)| applied_weight(f, t % per_pair == 0)),
+                    .map(|(t, &f)| applied_weight(f, t < examples)),
             );
             shards.adjust(mbs, &self.scaled).await?;
         }
-        let mut offset = 0;
-        for mb in mbs {
-            let n = mb.examples() * self.per_pair;
-            self.check_diverged(mb, offset..offset + n)?;
-            losses.push(self.sampled_loss(mb, offset..offset + n));
-            offset += n;
-        }
+        self.check_diverged(mbs)?;
+        let loss = self.sampled_loss(examples);
         let (sent, received) = shards.wire_bytes();
         progress.record_bytes(sent - sent0, received - received0);
-        for (mb, &loss) in mbs.iter().zip(&losses) {
-            progress.record(mb, loss);
+        for (i, mb) in mbs.iter().enumerate() {
+            // The call's loss counts with its first minibatch.
+            progress.record(mb, if i == 0 { loss } else { None });
         }
-        self.losses = losses;
         Ok(())
     }
 
-    /// Fails unless the shards returned `expected` dot products.
-    fn check_count(&self, expected: usize, minibatches: usize) -> anyhow::Result<()> {
+    /// Fails unless the shards returned one dot product per example and
+    /// negative.
+    fn check_count(&self, examples: usize, minibatches: usize) -> anyhow::Result<()> {
+        let expected = examples * self.per_pair;
         if self.dots.len() != expected {
             bail!(
                 "the shards returned {} dot products for {minibatches} minibatches of {expected}",
@@ -590,51 +584,54 @@ impl Sgns {
         Ok(())
     }
 
-    /// Fails, naming `mb`, when a dot product of `self.dots[range]` has
-    /// diverged (`colonnade_common::sgns::is_diverged`: NaN, ±∞ or beyond
-    /// [`DIVERGED_DOT`]): the model has blown up, and training on would only
-    /// spread garbage (or NaN) through it. The minibatch's other dot products
-    /// were applied, its diverged ones were not, whichever path stepped it.
-    fn check_diverged(&self, mb: &Minibatch, range: std::ops::Range<usize>) -> anyhow::Result<()> {
-        let Some(found) = diverged_at(&self.dots[range]) else {
+    /// Fails, naming the call's first minibatch, when one of its dot
+    /// products has diverged (`colonnade_common::sgns::is_diverged`: NaN,
+    /// ±∞ or beyond [`DIVERGED_DOT`]): the model has blown up, and training
+    /// on would only spread garbage (or NaN) through it. The call's other dot
+    /// products were applied, its diverged ones were not, whichever path
+    /// stepped it.
+    fn check_diverged(&self, mbs: &[Minibatch]) -> anyhow::Result<()> {
+        let Some(found) = diverged_at(&self.dots) else {
             return Ok(());
         };
+        let Some(mb) = mbs.first() else {
+            return Ok(());
+        };
+        let call = if mbs.len() > 1 {
+            format!(" (a call of {} minibatches)", mbs.len())
+        } else {
+            String::new()
+        };
         bail!(
-            "training diverged in {}: its dot products u·v reached {found:e} (a healthy model \
-             keeps |u·v| far below {DIVERGED_DOT:e}; learning rate α was {}). Try a lower \
-             --alpha, a smaller --minibatch or more --sample",
+            "training diverged in {}{call}: its dot products u·v reached {found:e} (a healthy \
+             model keeps |u·v| far below {DIVERGED_DOT:e}; learning rate α was {}). Try a \
+             lower --alpha, a smaller --minibatch or more --sample",
             mb.origin(),
             mb.alpha
         )
     }
 
-    /// Every [`LOSS_EVERY`]th minibatch of a pipeline: its loss, from its
-    /// dot products `self.dots[range]`, and pair count, for the progress
-    /// display (the logarithms are too costly to take for every pair, and
-    /// the display needs no more: docs/benchmarks-history.md, "What changed,
-    /// and what each change bought").
-    fn sampled_loss(
-        &mut self,
-        mb: &Minibatch,
-        range: std::ops::Range<usize>,
-    ) -> Option<(f64, usize)> {
+    /// Every [`LOSS_EVERY`]th call of a pipeline: its loss, from its dot
+    /// products (`examples` positives first, then the negatives), and its
+    /// example count, for the progress display (the logarithms are too dear
+    /// to take for every dot product: docs/benchmarks-history.md).
+    fn sampled_loss(&mut self, examples: usize) -> Option<(f64, usize)> {
         let sampled = self.steps.is_multiple_of(LOSS_EVERY);
         self.steps += 1;
         if !sampled {
             return None;
         }
-        let mut loss = 0.0f64;
-        for pair in self.dots[range].chunks_exact(self.per_pair) {
-            loss += f64::from(neg_log_sigmoid(pair[0]));
-            for &f in &pair[1..] {
-                loss += f64::from(neg_log_sigmoid(-f));
-            }
-        }
-        Some((loss, mb.examples()))
+        let (positives, negatives) = self.dots.split_at(examples.min(self.dots.len()));
+        let loss = positives
+            .iter()
+            .map(|&f| f64::from(neg_log_sigmoid(f)))
+            .chain(negatives.iter().map(|&f| f64::from(neg_log_sigmoid(-f))))
+            .sum();
+        Some((loss, examples))
     }
 }
 
-/// One minibatch in this many (per pipeline) has its loss computed.
+/// One call in this many (per pipeline) has its loss computed.
 const LOSS_EVERY: u64 = 16;
 
 /// Reports progress until training is done: a bar on a terminal, log lines

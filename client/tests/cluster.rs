@@ -209,8 +209,9 @@ async fn hostile_requests_are_rejected_without_state_change() {
     ];
     for (batch, nw, code, needle) in cases {
         let req = AdjustRequest {
-            batches: vec![batch.clone()],
+            minibatches: vec![batch.clone()],
             scaled_weights: encode_f16(&vec![0.5; nw]),
+            call: None,
         };
         let err = client.adjust(req).await.expect_err(needle);
         assert_eq!(err.code(), code, "{needle}: {err:?}");
@@ -222,7 +223,7 @@ async fn hostile_requests_are_rejected_without_state_change() {
         if nw == 10 {
             let err = client
                 .dotprod(DotprodRequest {
-                    batches: vec![batch],
+                    minibatches: vec![batch],
                 })
                 .await
                 .expect_err(needle);
@@ -233,19 +234,24 @@ async fn hostile_requests_are_rejected_without_state_change() {
     let mut odd = minibatch(fp, &[0], &[1], &[1]);
     odd.outputs = vec![1u8, 2, 3].into();
     let err = client
-        .dotprod(DotprodRequest { batches: vec![odd] })
+        .dotprod(DotprodRequest {
+            minibatches: vec![odd],
+        })
         .await
         .expect_err("odd length");
     assert_eq!(err.code(), Code::InvalidArgument);
     assert!(err.message().contains("`outputs`"), "{}", err.message());
     let err = client
-        .dotprod(DotprodRequest { batches: vec![] })
+        .dotprod(DotprodRequest {
+            minibatches: vec![],
+        })
         .await
         .expect_err("no batch");
     assert_eq!(err.code(), Code::InvalidArgument);
     let req = AdjustRequest {
-        batches: vec![minibatch(fp, &[0], &[1], &[1])],
+        minibatches: vec![minibatch(fp, &[0], &[1], &[1])],
         scaled_weights: encode_f16(&[f32::INFINITY, 0.0, 0.0, 0.0, 0.0]),
+        call: None,
     };
     assert_eq!(
         client.adjust(req).await.expect_err("inf").code(),
@@ -253,11 +259,12 @@ async fn hostile_requests_are_rejected_without_state_change() {
     );
     // Two minibatches, the second one bad: neither is applied.
     let req = AdjustRequest {
-        batches: vec![
+        minibatches: vec![
             minibatch(fp, &[0], &[1], &[1]),
             windows(fp, &[0, 1], &[2, 0, 2], &[1, 0]),
         ],
         scaled_weights: encode_f16(&[0.5; 15]),
+        call: None,
     };
     let err = client.adjust(req).await.expect_err("second batch");
     assert!(err.message().contains("batch 1"), "{}", err.message());
@@ -280,11 +287,12 @@ async fn hostile_requests_are_rejected_without_state_change() {
 
     // A valid request does change it (so the comparison above can fail).
     let req = AdjustRequest {
-        batches: vec![
+        minibatches: vec![
             minibatch(fp, &[0], &[1], &[1]),
             windows(fp, &[0, 1], &[2, 0, 2], &[1, 1]),
         ],
         scaled_weights: encode_f16(&[0.5, -0.5, -0.5, -0.5, -0.5].repeat(3)),
+        call: None,
     };
     client.adjust(req).await.expect("valid adjust");
     let changed = assemble(&[Arc::clone(&spawned[0].core)], fp, Matrix::Output, v);

@@ -49,6 +49,10 @@ pub enum ShardError {
     /// The shard failed on its side (e.g. it could not write a checkpoint).
     #[error("{0}")]
     Internal(String),
+    /// A call names something the shard does not hold (an adjust's plan
+    /// that was dropped): the caller sends the call again in full.
+    #[error("{0}")]
+    NotFound(String),
 }
 
 impl ShardError {
@@ -61,6 +65,7 @@ impl ShardError {
             Self::Aborted(_) => tonic::Code::Aborted,
             Self::Unavailable(_) => tonic::Code::Unavailable,
             Self::Internal(_) => tonic::Code::Internal,
+            Self::NotFound(_) => tonic::Code::NotFound,
         }
     }
 }
@@ -73,7 +78,8 @@ impl From<ShardError> for tonic::Status {
         | ShardError::ResourceExhausted(m)
         | ShardError::Aborted(m)
         | ShardError::Unavailable(m)
-        | ShardError::Internal(m)) = e;
+        | ShardError::Internal(m)
+        | ShardError::NotFound(m)) = e;
         tonic::Status::new(code, m)
     }
 }

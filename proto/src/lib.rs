@@ -37,8 +37,11 @@ pub use shards::{CallError, ModelShards};
 /// checkpoints and restore. 4: several minibatches per call, minibatches as
 /// sentence windows, weights as half floats scaled by 1/α. 5: from a
 /// million words on, negatives drawn from a table over runs of equal counts
-/// (`colonnade_common::sampler`); a client refuses shards of another version.
-pub const API_VERSION: u32 = 5;
+/// (`colonnade_common::sampler`). 6: the minibatches of a call planned and
+/// applied together, dot products and weights in the call's wire order
+/// (positives, then negatives by row), an adjust that names its call. A
+/// client refuses shards of another version.
+pub const API_VERSION: u32 = 6;
 
 /// Largest gRPC message either side accepts or sends (default tonic limit is
 /// 4 MiB). The largest real ones are a call's dot products (at most

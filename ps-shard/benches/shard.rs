@@ -9,7 +9,7 @@ use colonnade_common::kernels::{axpy, dot};
 use colonnade_common::model::ModelSpec;
 use colonnade_proto::Minibatch;
 use colonnade_ps_shard::model::{Model, Scratch};
-use colonnade_ps_shard::plan::Targets;
+use colonnade_ps_shard::plan::Plan;
 use colonnade_ps_shard::whole::WholeVectors;
 use colonnade_ps_shard::{ShardCore, ShardSpec};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
@@ -92,9 +92,10 @@ fn handlers(c: &mut Criterion) {
             ..Minibatch::default()
         };
         let mut scratch = Scratch::default();
-        let mut targets = Targets::default();
+        let mut targets = Plan::default();
         let mut dots = Vec::new();
-        model.draw_targets(&b, &mut targets).expect("targets");
+        let call = std::slice::from_ref(&b);
+        model.plan(call, &mut targets).expect("plan");
         group.throughput(Throughput::Elements(pairs as u64));
         group.bench_with_input(
             BenchmarkId::new("dotprod_pairs", inputs),
@@ -102,31 +103,22 @@ fn handlers(c: &mut Criterion) {
             |bench, _| {
                 bench.iter(|| {
                     model
-                        .dotprod(black_box(&b), &targets, &mut scratch, &mut dots)
+                        .dotprod(black_box(&targets), &mut scratch, &mut dots)
                         .expect("dotprod")
                 });
             },
         );
-        let mut drawn = Targets::default();
+        let mut drawn = Plan::default();
         group.bench_with_input(
-            BenchmarkId::new("draw_targets_pairs", inputs),
+            BenchmarkId::new("plan_pairs", inputs),
             &inputs,
             |bench, _| {
-                bench.iter(|| {
-                    model
-                        .draw_targets(black_box(&b), &mut drawn)
-                        .expect("targets")
-                });
+                bench.iter(|| model.plan(black_box(call), &mut drawn).expect("plan"));
             },
         );
+        // Wire order: the positives first.
         let weights: Vec<f32> = (0..targets.len())
-            .map(|t| {
-                if t % (NEGATIVE as usize + 1) == 0 {
-                    1e-6
-                } else {
-                    -1e-6
-                }
-            })
+            .map(|t| if t < targets.examples() { 1e-6 } else { -1e-6 })
             .collect();
         group.bench_with_input(
             BenchmarkId::new("adjust_pairs", inputs),
@@ -134,7 +126,7 @@ fn handlers(c: &mut Criterion) {
             |bench, _| {
                 bench.iter(|| {
                     model
-                        .adjust(black_box(&b), &targets, &weights, &mut scratch)
+                        .adjust(black_box(&targets), &weights, &mut scratch)
                         .expect("adjust")
                 });
             },
@@ -188,13 +180,15 @@ fn fused(c: &mut Criterion) {
             ..Minibatch::default()
         };
         let (mut targets, mut scratch, mut dots) =
-            (Targets::default(), Scratch::default(), Vec::new());
-        shard.draw_targets(&b, &mut targets).expect("targets");
+            (Plan::default(), Scratch::default(), Vec::new());
+        shard
+            .plan(std::slice::from_ref(&b), &mut targets)
+            .expect("plan");
         group.throughput(Throughput::Elements(targets.len() as u64));
         group.bench_with_input(BenchmarkId::new("dots", vocab), &vocab, |bench, _| {
             bench.iter(|| {
                 joined
-                    .fused(black_box(&b), &targets, &mut scratch, &mut dots)
+                    .fused(black_box(&targets), &mut scratch, &mut dots)
                     .expect("fused")
             });
         });

@@ -1,9 +1,9 @@
 //! The shards of a model held in this process, reached without a wire
 //! (`colonnade train --embedded-shards`): one [`ModelShards`] handle per
 //! training pipeline calls every shard's [`Model`] on the pipeline's own
-//! thread. Nothing is encoded, and the targets are drawn once per minibatch
-//! for all shards (every shard of a model draws the same ones from the
-//! minibatch seed); the handle keeps them from `dotprod` for its `adjust`.
+//! thread. Nothing is encoded, and a call is planned once for all shards
+//! (every shard of a model draws the same plan from the minibatch seeds);
+//! the handle keeps it from `dotprod` for its `adjust`.
 //! When the shards hold whole vectors side by side (one shard, the
 //! default, or the shards of an embedded cluster, whose slices of each row
 //! share one allocation: [`crate::hogwild::Siblings`]), the handle sums and
@@ -12,7 +12,7 @@
 //! as calling each shard.
 
 use crate::model::{Model, Scratch};
-use crate::plan::Targets;
+use crate::plan::Plan;
 use crate::registry::ShardCore;
 use crate::whole::WholeVectors;
 use colonnade_proto::{CallError, Minibatch, ModelShards, ShardError};
@@ -23,13 +23,13 @@ pub struct InProcessShards {
     models: Arc<[Arc<Model>]>,
     /// The models as whole vectors, when they hold whole vectors side by side.
     whole: Option<Arc<WholeVectors>>,
-    /// Per minibatch of the last `dotprod`: its targets, for its `adjust`.
-    targets: Vec<Targets>,
-    /// The targets of the minibatch a fused step is on.
-    fused_targets: Targets,
+    /// The plan of the last call (its `dotprod`'s, for its `adjust`), and
+    /// whether a `dotprod` made it.
+    plan: Plan,
+    planned: bool,
     scratch: Scratch,
     part: Vec<f32>,
-    /// One minibatch's weights α × scaled.
+    /// The call's weights α × scaled.
     weights: Vec<f32>,
 }
 
@@ -57,8 +57,8 @@ impl InProcessShards {
         Ok(Self {
             whole: WholeVectors::of(&models).map(Arc::new),
             models: models.into(),
-            targets: Vec::new(),
-            fused_targets: Targets::default(),
+            plan: Plan::default(),
+            planned: false,
             scratch: Scratch::default(),
             part: Vec::new(),
             weights: Vec::new(),
@@ -81,8 +81,8 @@ impl ModelShards for InProcessShards {
         Self {
             models: Arc::clone(&self.models),
             whole: self.whole.clone(),
-            targets: Vec::new(),
-            fused_targets: Targets::default(),
+            plan: Plan::default(),
+            planned: false,
             scratch: Scratch::default(),
             part: Vec::new(),
             weights: Vec::new(),
@@ -94,62 +94,44 @@ impl ModelShards for InProcessShards {
     }
 
     async fn dotprod(&mut self, mbs: &[Minibatch], dots: &mut Vec<f32>) -> Result<(), CallError> {
-        self.targets.resize_with(mbs.len(), Targets::default);
-        dots.clear();
-        for (mb, targets) in mbs.iter().zip(&mut self.targets) {
-            self.models[0]
-                .draw_targets(mb, targets)
-                .map_err(|e| CallError::from_shard(&name(0), 0, self.models.len(), "dotprod", e))?;
-            let start = dots.len();
-            for (i, m) in self.models.iter().enumerate() {
-                m.dotprod(mb, targets, &mut self.scratch, &mut self.part)
-                    .map_err(|e| {
-                        CallError::from_shard(&name(i), i, self.models.len(), "dotprod", e)
-                    })?;
-                if i == 0 {
-                    dots.extend_from_slice(&self.part);
-                } else {
-                    for (acc, x) in dots[start..].iter_mut().zip(&self.part) {
-                        *acc += x;
-                    }
+        self.planned = false;
+        self.models[0]
+            .plan(mbs, &mut self.plan)
+            .map_err(|e| self.failed(0, "dotprod", e))?;
+        for (i, m) in self.models.iter().enumerate() {
+            let out = if i == 0 { &mut *dots } else { &mut self.part };
+            m.dotprod(&self.plan, &mut self.scratch, out)
+                .map_err(|e| CallError::from_shard(&name(i), i, self.models.len(), "dotprod", e))?;
+            if i > 0 {
+                for (acc, x) in dots.iter_mut().zip(&self.part) {
+                    *acc += x;
                 }
             }
         }
+        self.planned = true;
         Ok(())
     }
 
     async fn adjust(&mut self, mbs: &[Minibatch], scaled: &[f32]) -> Result<(), CallError> {
-        let planned: usize = self.targets.iter().map(Targets::len).sum();
-        if mbs.len() != self.targets.len() || scaled.len() != planned {
+        if !self.planned || !self.models[0].plan_fits(mbs, &self.plan) {
             let e = ShardError::InvalidArgument(format!(
-                "adjust of {} minibatches with {} weights follows a dotprod of {} minibatches \
-                 with {planned} dot products",
-                mbs.len(),
-                scaled.len(),
-                self.targets.len()
+                "an adjust of {} minibatches follows no dotprod of the same call",
+                mbs.len()
             ));
             return Err(self.failed(0, "adjust", e));
         }
-        let mut offset = 0;
-        for (mb, targets) in mbs.iter().zip(&self.targets) {
-            let n = targets.len();
-            let part = &scaled[offset..offset + n];
-            offset += n;
-            self.weights.clear();
-            self.weights.extend(part.iter().map(|&g| mb.alpha * g));
-            for (i, m) in self.models.iter().enumerate() {
-                m.adjust(mb, targets, &self.weights, &mut self.scratch)
-                    .map_err(|e| {
-                        CallError::from_shard(&name(i), i, self.models.len(), "adjust", e)
-                    })?;
-            }
+        self.plan.weights(scaled, &mut self.weights);
+        for (i, m) in self.models.iter().enumerate() {
+            m.adjust(&self.plan, &self.weights, &mut self.scratch)
+                .map_err(|e| CallError::from_shard(&name(i), i, self.models.len(), "adjust", e))?;
         }
+        self.planned = false;
         Ok(())
     }
 
-    /// The shards hold whole vectors side by side ([`WholeVectors`]): each
-    /// minibatch in one visit per row. Else (shards with rows of their
-    /// own): false.
+    /// The shards hold whole vectors side by side ([`WholeVectors`]): the
+    /// call in one visit per row. Else (shards with rows of their own):
+    /// false.
     async fn fused_step(
         &mut self,
         mbs: &[Minibatch],
@@ -158,19 +140,12 @@ impl ModelShards for InProcessShards {
         let Some(whole) = &self.whole else {
             return Ok(false);
         };
-        // A later `adjust` must not take these targets for a `dotprod`'s.
-        self.targets.clear();
-        let mut targets = std::mem::take(&mut self.fused_targets);
-        dots.clear();
-        let model = &self.models[0];
-        for mb in mbs {
-            model
-                .draw_targets(mb, &mut targets)
-                .and_then(|()| whole.fused(mb, &targets, &mut self.scratch, &mut self.part))
-                .map_err(|e| CallError::from_shard(&name(0), 0, self.models.len(), "train", e))?;
-            dots.extend_from_slice(&self.part);
-        }
-        self.fused_targets = targets;
+        // A later `adjust` must not take this plan for a `dotprod`'s.
+        self.planned = false;
+        self.models[0]
+            .plan(mbs, &mut self.plan)
+            .and_then(|()| whole.fused(&self.plan, &mut self.scratch, dots))
+            .map_err(|e| CallError::from_shard(&name(0), 0, self.models.len(), "train", e))?;
         Ok(true)
     }
 

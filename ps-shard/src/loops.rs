@@ -1,11 +1,14 @@
-//! The two hot loops of a shard, over a planned minibatch ([`Targets`]):
-//! [`dotprod_loop`] (paper Fig. 5) and [`adjust_loop`] (Fig. 6). Both walk
-//! the dot products grouped by output row ([`RowRuns`]), visiting and locking
-//! each distinct row once, and [`fused_loop`], both in one visit, for a
-//! shard that holds whole vectors. Multiversioned: the kernels inline into a clone
-//! compiled for the best SIMD the CPU has, chosen at run time.
+//! The hot loops of a shard, over a planned call ([`Plan`]): [`dotprod_loop`]
+//! (paper Fig. 5) and [`adjust_loop`] (Fig. 6). Both walk the dot products
+//! grouped by output row ([`RowRuns`]), visiting and locking each distinct
+//! row once, and [`fused_loop`], both in one visit, for shards that hold
+//! whole vectors. Dot products and weights are indexed by their wire index
+//! (positives first, then negatives in the loops' own order), so the
+//! negatives' are read and written in sequence. Multiversioned: the kernels
+//! inline into a clone compiled for the best SIMD the CPU has, chosen at run
+//! time.
 //!
-//! [`Targets`]: crate::plan::Targets
+//! [`Plan`]: crate::plan::Plan
 #![allow(
     unsafe_code,
     reason = "the AVX and AVX-512 kernels, chosen only in clones compiled for them"
@@ -25,7 +28,7 @@ use multiversion::target::match_target;
 const PREFETCH_AHEAD: usize = 8;
 
 /// The runs of a plan that share one output row, in row order: (row, its
-/// dot products as (dot-product index, input position)), prefetching the
+/// dot products as (wire index, input position)), prefetching the
 /// row [`PREFETCH_AHEAD`] runs ahead. Inlined into both loops, so their
 /// multiversioned clones keep the SIMD kernels in line.
 struct RowRuns<'a> {
@@ -270,16 +273,15 @@ fn add_input_deltas(
 /// What [`fused_loop`] needs beyond [`Work`]: [`Steps`] without the weights,
 /// which it computes from the dot products as it goes.
 pub(crate) struct FusedSteps<'a> {
-    /// The minibatch's learning rate.
-    pub alpha: f32,
-    /// Dot products per example (1 + negatives): index t is a positive's
-    /// when t is a multiple of it.
-    pub per_pair: usize,
+    /// Per wire index: the learning rate of its dot product's minibatch.
+    pub alphas: &'a [f32],
+    /// The call's examples: wire indices below it are positives.
+    pub positives: usize,
     /// Per input row written: the scale of its Δu.
     pub input_scale: &'a [f32],
-    /// The minibatch's row step cap.
+    /// The call's row step cap.
     pub cap: u64,
-    /// Out: the dot products, pair-major (request order).
+    /// Out: the dot products, in wire order.
     pub dots: &'a mut [f32],
     /// Scratch: per dot product, its weight G.
     pub weights: &'a mut [f32],
@@ -312,8 +314,8 @@ macro_rules! fused_body {
             u_rows,
         } = $work;
         let FusedSteps {
-            alpha,
-            per_pair,
+            alphas,
+            positives,
             input_scale,
             cap,
             dots,
@@ -336,7 +338,7 @@ macro_rules! fused_body {
                 run_dots(k, run, u_rows, ends, row, dots);
                 for &(t, _) in run {
                     let (t, f) = (t as usize, dots[t as usize]);
-                    weights[t] = alpha * applied_weight(f, t % per_pair == 0);
+                    weights[t] = alphas[t] * applied_weight(f, t < positives);
                 }
                 update_row(a, row, scale, run, weights, u_rows, u_delta, v_delta)
             });

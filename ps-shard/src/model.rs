@@ -1,12 +1,12 @@
 //! One model's column slice on a shard: its two matrices, its negative
 //! sampler, and the three operations on them: `dotprod`, `adjust` (paper
-//! Fig. 5 and 6, over a minibatch and its drawn [`Targets`]) and `read_rows`
+//! Fig. 5 and 6, over a call and its [`Plan`]) and `read_rows`
 //! for export. Every minibatch is validated completely before any state is
 //! touched, so a rejected request leaves the model unchanged.
 
 use crate::hogwild::{HogwildMatrix, Siblings};
 use crate::loops::{adjust_loop, dotprod_loop, Contexts, Steps, Work};
-use crate::plan::Targets;
+use crate::plan::Plan;
 use colonnade_common::init::init_input_row;
 use colonnade_common::model::{Matrix, ShardSpec};
 use colonnade_common::sampler::AliasSampler;
@@ -225,74 +225,71 @@ impl Model {
         self.spec.model.negative as usize
     }
 
-    /// Validates `mb` against this model and draws its targets: per pair its
-    /// output word and the negatives drawn from its seed, planned for the
-    /// loops. Shards of one model draw identical targets (same counts, same
-    /// seed), so a caller holding several shards of a model may draw them
-    /// once and pass them to each one's [`Model::dotprod`] and
+    /// Validates the call `mbs` against this model and plans it: per example
+    /// its positive word and the negatives drawn from its minibatch's seed,
+    /// grouped for the loops. Shards of one model draw identical plans (same
+    /// counts, same seeds), so a caller holding several shards of a model
+    /// may plan a call once and pass it to each one's [`Model::dotprod`] and
     /// [`Model::adjust`].
-    pub fn draw_targets(&self, mb: &Minibatch, targets: &mut Targets) -> Result<(), ShardError> {
-        mb.validate(self.spec.model.vocab_size)?;
-        if mb.objective != self.spec.model.objective {
-            return Err(invalid(format!(
-                "field `cbow`: a {} minibatch for model {:016x}, which trains {}",
-                mb.objective, self.fingerprint, self.spec.model.objective
-            )));
+    pub fn plan(&self, mbs: &[Minibatch], plan: &mut Plan) -> Result<(), ShardError> {
+        for mb in mbs {
+            mb.validate(self.spec.model.vocab_size)?;
+            if mb.objective != self.spec.model.objective {
+                return Err(invalid(format!(
+                    "field `cbow`: a {} minibatch for model {:016x}, which trains {}",
+                    mb.objective, self.fingerprint, self.spec.model.objective
+                )));
+            }
         }
-        targets.draw(&self.sampler, self.negative(), self.fingerprint, mb);
+        plan.draw(&self.sampler, self.negative(), self.fingerprint, mbs);
         Ok(())
     }
 
-    /// Whether `targets` were drawn for `mb` on this model (see [`Targets::fit`]).
-    pub fn targets_fit(&self, mb: &Minibatch, targets: &Targets) -> bool {
-        targets.fit(self.fingerprint, self.negative(), mb)
+    /// Whether `plan` was drawn for the call `mbs` on this model (see
+    /// [`Plan::fit`]).
+    pub fn plan_fits(&self, mbs: &[Minibatch], plan: &Plan) -> bool {
+        plan.fit(self.fingerprint, self.negative(), mbs)
     }
 
-    /// Refuses targets that were not drawn for `mb` on this model.
-    pub(crate) fn check_targets(&self, mb: &Minibatch, t: &Targets) -> Result<(), ShardError> {
-        if self.targets_fit(mb, t) {
+    /// Refuses a plan that was not drawn on this model.
+    pub(crate) fn check_plan(&self, plan: &Plan) -> Result<(), ShardError> {
+        if plan.fingerprint == self.fingerprint
+            && plan.len() == plan.examples() * (self.negative() + 1)
+        {
             return Ok(());
         }
-        mb.validate(self.spec.model.vocab_size)?;
         Err(invalid(format!(
-            "targets drawn for model {:016x} seed {} ({} dot products) do not belong to this \
-             minibatch (model {:016x}, seed {}, {} pairs)",
-            t.fingerprint,
-            t.seed,
-            t.len(),
+            "a plan drawn for model {:016x} ({} dot products for {} examples) does not belong \
+             to model {:016x}",
+            plan.fingerprint,
+            plan.len(),
+            plan.examples(),
             self.fingerprint,
-            mb.seed,
-            mb.pairs()
         )))
     }
 
-    /// Partial dot products of `mb` on this shard's columns (paper Fig. 5),
-    /// pair-major into `dots`: per pair u_s(w_I)·v_s(w_O), then u_s(w_I)·v_s(w̃)
-    /// for each of its negatives.
+    /// Partial dot products of the call `plan` on this shard's columns (paper
+    /// Fig. 5), in wire order into `dots` (see [`Plan`]): the examples'
+    /// positives u_s(w_I)·v_s(w_O), then every negative u_s(w_I)·v_s(w̃).
     pub fn dotprod(
         &self,
-        mb: &Minibatch,
-        targets: &Targets,
+        plan: &Plan,
         scratch: &mut Scratch,
         dots: &mut Vec<f32>,
     ) -> Result<(), ShardError> {
-        self.check_targets(mb, targets)?;
+        self.check_plan(plan)?;
         let u_rows = scratch
             .u_rows
-            .lend(mb.inputs.len() * self.spec.cols(), false);
+            .lend(plan.inputs.len() * self.spec.cols(), false);
         dots.clear();
-        dots.resize(targets.len(), 0.0);
-        dotprod_loop(self.work(mb, targets, u_rows), dots);
+        dots.resize(plan.len(), 0.0);
+        dotprod_loop(work(&self.u, &self.v, plan, u_rows), dots);
         self.stats.dotprod_calls.fetch_add(1, Relaxed);
         Ok(())
     }
 
-    fn work<'a>(&'a self, mb: &'a Minibatch, t: &'a Targets, u_rows: &'a mut [f32]) -> Work<'a> {
-        work(&self.u, &self.v, mb, t, u_rows)
-    }
-
     /// Applies Δu_s(w_I) += G·v_s(x) and Δv_s(x) += G·u_s(w_I) for every dot
-    /// product of `mb` (paper Fig. 6), `weights` laid out as the dot products,
+    /// product of the call `plan` (paper Fig. 6), `weights` in wire order,
     /// every vector read at its value at the start of the call (paper 5.1).
     /// One visit per distinct output row x: for each of its dot products, Δu
     /// of the input position += G·v(x) and Δv(x) += G·u(w_I); then v(x) +=
@@ -300,20 +297,13 @@ impl Model {
     /// scale s is [`crate::plan::row_step_scale`] of the row's dot-product
     /// count: 1 unless the row takes more stale steps than the row step cap.
     /// The weights are checked before any state is touched.
-    pub fn adjust(
-        &self,
-        mb: &Minibatch,
-        targets: &Targets,
-        weights: &[f32],
-        s: &mut Scratch,
-    ) -> Result<(), ShardError> {
-        self.check_targets(mb, targets)?;
-        let pairs = mb.pairs();
-        if weights.len() != targets.len() {
+    pub fn adjust(&self, plan: &Plan, weights: &[f32], s: &mut Scratch) -> Result<(), ShardError> {
+        self.check_plan(plan)?;
+        if weights.len() != plan.len() {
             return Err(invalid(format!(
                 "field `weights`: {} weights for {} examples × (1 + {} negatives)",
                 weights.len(),
-                mb.examples(),
+                plan.examples(),
                 self.negative()
             )));
         }
@@ -329,19 +319,19 @@ impl Model {
             u_delta,
             v_delta,
             ..
-        } = s.for_steps(mb.inputs.len(), cols);
+        } = s.for_steps(plan.inputs.len(), cols);
         adjust_loop(
-            self.work(mb, targets, u_rows),
+            work(&self.u, &self.v, plan, u_rows),
             Steps {
                 weights,
-                input_scale: &targets.input_scale,
-                cap: targets.cap,
+                input_scale: &plan.input_scale,
+                cap: plan.cap,
                 u_delta,
                 v_delta,
             },
         );
         self.stats.adjust_calls.fetch_add(1, Relaxed);
-        self.stats.pairs_adjusted.fetch_add(pairs as u64, Relaxed);
+        self.stats.pairs_adjusted.fetch_add(plan.pairs(), Relaxed);
         Ok(())
     }
 
@@ -397,24 +387,23 @@ impl Model {
     }
 }
 
-/// What the loops read of a validated minibatch and its plan.
+/// What the loops read of a call's plan.
 pub(crate) fn work<'a>(
     u: &'a HogwildMatrix,
     v: &'a HogwildMatrix,
-    mb: &'a Minibatch,
-    t: &'a Targets,
+    plan: &'a Plan,
     u_rows: &'a mut [f32],
 ) -> Work<'a> {
     Work {
         u,
         v,
-        inputs: &mb.inputs,
-        contexts: mb.objective.is_cbow().then_some(Contexts {
-            counts: &mb.context_counts,
-            words: &mb.outputs,
+        inputs: &plan.inputs,
+        contexts: plan.objective.is_cbow().then_some(Contexts {
+            counts: &plan.context_counts,
+            words: &plan.contexts,
         }),
-        plan: &t.plan,
-        groups: &t.groups,
+        plan: &plan.plan,
+        groups: &plan.groups,
         u_rows,
     }
 }
@@ -433,35 +422,35 @@ mod tests {
     fn bad_requests_leave_state_untouched() {
         let m = model();
         let good = minibatch(1, &[0, 1], &[2, 1], &[1, 2, 3]);
-        let (mut t, mut s) = (Targets::default(), Scratch::default());
-        m.draw_targets(&good, &mut t).expect("targets");
-        m.adjust(&good, &t, &[0.1; 12], &mut s).expect("adjust");
+        let (mut p, mut s) = (Plan::default(), Scratch::default());
+        m.plan(std::slice::from_ref(&good), &mut p).expect("plan");
+        m.adjust(&p, &[0.1; 12], &mut s).expect("adjust");
         let before = snapshot(&m);
-        let cases = [
-            (minibatch(1, &[0, 1], &[2, 1], &[1, 2, 6]), 12, "`outputs`"),
-            (
-                minibatch(1, &[0, 1], &[2], &[1, 2, 3]),
-                12,
-                "`context_counts`",
-            ),
-            (minibatch(1, &[0, 1], &[2, 2], &[1, 2, 3]), 12, "`outputs`"),
-            (good.clone(), 11, "`weights`"),
-            (minibatch(2, &[0, 1], &[2, 1], &[1, 2, 3]), 12, "targets"),
+        let bad = [
+            (minibatch(1, &[0, 1], &[2, 1], &[1, 2, 6]), "`outputs`"),
+            (minibatch(1, &[0, 1], &[2], &[1, 2, 3]), "`context_counts`"),
+            (minibatch(1, &[0, 1], &[2, 2], &[1, 2, 3]), "`outputs`"),
         ];
-        for (mb, weights, field) in cases {
+        for (mb, field) in bad {
             let e = m
-                .adjust(&mb, &t, &vec![0.1; weights], &mut s)
+                .plan(&[good.clone(), mb], &mut Plan::default())
                 .expect_err(field);
             assert!(e.to_string().contains(field), "{e} should name {field}");
-            let mut dots = Vec::new();
-            if weights == 12 {
-                assert!(m.dotprod(&mb, &t, &mut s, &mut dots).is_err());
-            }
         }
+        let e = m.adjust(&p, &[0.1; 11], &mut s).expect_err("short");
+        assert!(e.to_string().contains("`weights`"), "{e}");
         let mut nan = vec![0.1; 12];
         nan[4] = f32::NAN;
-        let e = m.adjust(&good, &t, &nan, &mut s).expect_err("nan");
+        let e = m.adjust(&p, &nan, &mut s).expect_err("nan");
         assert!(e.to_string().contains("not finite"));
+        // A plan drawn on another model (here: other negatives) is refused.
+        let mut other_spec = spec(0..8);
+        other_spec.model.negative = 4;
+        let other = Model::new(other_spec, &COUNTS).expect("model");
+        let mut q = Plan::default();
+        other.plan(&[good], &mut q).expect("plan");
+        assert!(m.adjust(&q, &[0.1; 15], &mut s).is_err());
+        assert!(m.dotprod(&q, &mut s, &mut Vec::new()).is_err());
         assert_eq!(snapshot(&m), before);
     }
 
@@ -470,31 +459,85 @@ mod tests {
         let m = model();
         let mut mb = minibatch(1, &[0, 1], &[2, 1], &[1, 2, 3]);
         mb.objective = Objective::Cbow;
-        let mut t = Targets::default();
-        let e = m.draw_targets(&mb, &mut t).expect_err("CBOW on skip-gram");
+        let mut p = Plan::default();
+        let e = m
+            .plan(std::slice::from_ref(&mb), &mut p)
+            .expect_err("CBOW on skip-gram");
         assert!(e.to_string().contains("field `cbow`"), "{e}");
         let mut spec = spec(0..8);
         spec.model.objective = Objective::Cbow;
         let cbow = Model::new(spec, &COUNTS).expect("model");
-        cbow.draw_targets(&mb, &mut t).expect("CBOW on CBOW");
-        assert_eq!(t.len(), 2 * 4, "one example per input position");
+        cbow.plan(std::slice::from_ref(&mb), &mut p)
+            .expect("CBOW on CBOW");
+        assert_eq!(p.len(), 2 * 4, "one example per input position");
+        assert_eq!(p.examples(), 2);
         mb.objective = Objective::SkipGram;
-        assert!(!cbow.targets_fit(&mb, &t));
-        assert!(cbow.draw_targets(&mb, &mut t).is_err());
+        assert!(!cbow.plan_fits(std::slice::from_ref(&mb), &p));
+        assert!(cbow.plan(&[mb], &mut p).is_err());
     }
 
     #[test]
-    fn targets_fit_only_the_minibatch_they_were_drawn_for() {
+    fn plans_fit_only_the_call_they_were_drawn_for() {
         let m = model();
         let a = minibatch(9, &[0, 1], &[2, 1], &[1, 2, 3]);
-        let mut t = Targets::default();
-        m.draw_targets(&a, &mut t).expect("targets");
-        assert!(m.targets_fit(&a, &t));
+        let b = minibatch(4, &[2], &[2], &[0, 1]);
+        let mut p = Plan::default();
+        m.plan(&[a.clone(), b.clone()], &mut p).expect("plan");
+        assert!(m.plan_fits(&[a.clone(), b.clone()], &p));
+        assert_eq!((p.len(), p.examples(), p.pairs()), (5 * 4, 5, 5));
+        // Another order, or one minibatch of it, is another call.
+        assert!(!m.plan_fits(&[b.clone(), a.clone()], &p));
+        assert!(!m.plan_fits(std::slice::from_ref(&a), &p));
         // Same seed, other outputs: the negatives would differ.
-        assert!(!m.targets_fit(&minibatch(9, &[0, 1], &[2, 1], &[4, 5, 2]), &t));
+        let other = minibatch(9, &[0, 1], &[2, 1], &[4, 5, 2]);
+        assert!(!m.plan_fits(&[other, b.clone()], &p));
         // Same seed and outputs, other inputs: the step scales would differ.
-        assert!(!m.targets_fit(&minibatch(9, &[1, 1], &[2, 1], &[1, 2, 3]), &t));
-        assert_eq!(t.len(), 3 * 4);
+        let other = minibatch(9, &[1, 1], &[2, 1], &[1, 2, 3]);
+        assert!(!m.plan_fits(&[other, b.clone()], &p));
+        // Another learning rate: the weights would differ.
+        let mut slower = a;
+        slower.alpha = 0.5;
+        assert!(!m.plan_fits(&[slower, b], &p));
+    }
+
+    /// The wire order: each example's positive first, in request order, then
+    /// the negatives by ascending output row.
+    #[test]
+    fn dot_products_travel_positives_first_then_negatives_by_row() {
+        let m = model();
+        let a = minibatch(3, &[0, 1], &[2, 1], &[1, 2, 3]);
+        let mut b = minibatch(8, &[4], &[1], &[5]);
+        b.alpha = 0.25;
+        let mut p = Plan::default();
+        m.plan(&[a.clone(), b.clone()], &mut p).expect("plan");
+        let mut by_wire = vec![u32::MAX; p.len()];
+        let mut at = 0;
+        for &(row, end) in &p.groups {
+            for &(w, _) in &p.plan[at..end as usize] {
+                by_wire[w as usize] = row;
+            }
+            at = end as usize;
+        }
+        assert!(by_wire.iter().all(|&r| r != u32::MAX), "a wire index each");
+        let positives: Vec<u32> = a.outputs.iter().chain(&b.outputs).copied().collect();
+        assert_eq!(by_wire[..p.examples()], positives[..]);
+        let negatives = &by_wire[p.examples()..];
+        assert!(negatives.windows(2).all(|w| w[0] <= w[1]), "{negatives:?}");
+        // Each dot product's learning rate is its minibatch's.
+        assert_eq!(p.alphas[..4], [a.alpha, a.alpha, a.alpha, 0.25]);
+        let (mut ours, mut theirs) = (0, 0);
+        for (&(w, pos), _) in p.plan.iter().zip(0..) {
+            if w as usize >= p.examples() {
+                let expect = if pos < 2 { a.alpha } else { 0.25 };
+                assert_eq!(p.alphas[w as usize], expect);
+                if pos < 2 {
+                    ours += 1
+                } else {
+                    theirs += 1
+                }
+            }
+        }
+        assert_eq!((ours, theirs), (3 * 3, 3));
     }
 
     #[test]

@@ -1,7 +1,8 @@
-//! The plan of one minibatch on a model: its [`Targets`] (the output-side
-//! word of every dot product, negatives drawn from the minibatch seed),
-//! grouped by output row so the loops visit each row once, and the step
-//! scales of the row step cap ([`row_step_cap`]).
+//! The plan of one call on a model ([`Plan`]): the output-side word of
+//! every dot product of its minibatches (negatives drawn from each
+//! minibatch's seed), grouped by output row so the loops visit each row
+//! once, the wire order its dot products and weights travel in, and the
+//! step scales of the row step cap ([`row_step_cap`]).
 
 use colonnade_common::model::Objective;
 use colonnade_common::sampler::AliasSampler;
@@ -86,37 +87,55 @@ pub(crate) fn sort_by_row(keys: &mut Vec<u64>, tmp: &mut Vec<u64>) {
     }
 }
 
-/// The output-side word of every dot product of a minibatch, in request
-/// order (per example its positive word, then its negatives: example-major,
-/// as the dot products and weights travel), whom they belong to, and the same
-/// dot products grouped by output row, in ascending row order, so that the
-/// loops visit and lock each distinct output row once per call however often
-/// it occurs (the negatives of a minibatch repeat the frequent words many
-/// times). An example is a skip-gram pair (its positive: the context word)
-/// or a CBOW input position (its positive: the position's own word).
+/// The plan of one call on a model: its minibatches (all of one model)
+/// together, one deferred update. It holds the output-side word of every
+/// dot product (per example its positive word, then `negative` negatives
+/// drawn from its minibatch's seed: request order) and the same dot
+/// products grouped by output row, in ascending row order (ties in request
+/// order), so that the loops visit and lock each distinct output row once
+/// per call however often it occurs (the negatives repeat the frequent words
+/// many times, and more so over several minibatches). An example is a
+/// skip-gram pair (its positive: the context word) or a CBOW input position
+/// (its positive: the position's own word).
+///
+/// The dot products and weights of a call travel in its *wire order*,
+/// which every shard of the model computes alike: first each example's
+/// positive, in request order, then every negative in the order of the
+/// plan (ascending output row). A dot product's wire index says where its
+/// value and weight are; the negatives, nine in ten at window 5 and
+/// negative 5, are then read and written in sequence by the loops.
 #[derive(Default)]
-pub struct Targets {
+pub struct Plan {
     pub(crate) fingerprint: u64,
+    /// The seed of the call's first minibatch and its number of minibatches.
     pub(crate) seed: u64,
+    pub(crate) minibatches: usize,
     pub(crate) objective: Objective,
-    /// The minibatch's inputs, context counts and (CBOW) context words the
-    /// plan was made for.
+    /// The call's input positions, concatenated over its minibatches: each
+    /// one's word, its count of context words and (CBOW) its context words.
     pub(crate) inputs: Vec<u32>,
     pub(crate) context_counts: Vec<u32>,
-    contexts: Vec<u32>,
+    pub(crate) contexts: Vec<u32>,
+    /// Per minibatch: its seed, its input positions and its outputs (for
+    /// [`Plan::fit`]).
+    parts: Vec<(u64, u32, u32)>,
+    /// The output-side word of every dot product, request order.
     pub(crate) ids: Vec<u32>,
-    /// Input position of each dot product (of its example's).
-    input_of_dot: Vec<u32>,
+    /// Examples in the call.
+    pub(crate) examples: usize,
+    /// Per dot product (request order): its input position, and its example
+    /// when it is a positive (`u32::MAX` for a negative).
+    dot_info: Vec<(u32, u32)>,
     /// Sort keys: output row << 32 | dot-product index, and the radix
     /// sort's second buffer.
     keys: Vec<u64>,
     keys_tmp: Vec<u64>,
     /// The dot products sorted by output row (ties in request order), each
-    /// as (dot-product index, input position).
+    /// as (wire index, input position).
     pub(crate) plan: Vec<(u32, u32)>,
     /// Runs of `plan` sharing one output row: (row, end of the run in `plan`).
     pub(crate) groups: Vec<(u32, u32)>,
-    /// The minibatch's [`row_step_cap`].
+    /// The call's [`row_step_cap`] (the largest of its minibatches').
     pub(crate) cap: u64,
     /// Input positions sorted by word: word << 32 | position.
     input_keys: Vec<u64>,
@@ -124,9 +143,13 @@ pub struct Targets {
     /// [`input_step_scales`]): skip-gram, per input position; CBOW, per
     /// context word entry (each gets its position's Δu).
     pub(crate) input_scale: Vec<f32>,
+    /// Per input position: the learning rate of its minibatch.
+    pub(crate) position_alpha: Vec<f32>,
+    /// Per wire index: the learning rate of its dot product's minibatch.
+    pub(crate) alphas: Vec<f32>,
 }
 
-impl Targets {
+impl Plan {
     /// The positive word of each example of `mb`: skip-gram, the context
     /// words; CBOW, the input positions' own words.
     fn positives(mb: &Minibatch) -> &[u32] {
@@ -137,66 +160,102 @@ impl Targets {
         }
     }
 
-    /// Draws the targets of `mb` (validated) for model `fingerprint`: per
-    /// example, its positive word, then `negative` negatives drawn from the
-    /// minibatch seed (paper Fig. 5 line 7), and plans them.
+    /// Draws the targets of the call `mbs` (validated, all of one
+    /// objective) for model `fingerprint`: per example, its positive word,
+    /// then `negative` negatives drawn from its minibatch's seed (paper
+    /// Fig. 5 line 7), and plans them.
     pub(crate) fn draw(
         &mut self,
         sampler: &AliasSampler,
         negative: usize,
         fingerprint: u64,
-        mb: &Minibatch,
+        mbs: &[Minibatch],
     ) {
         self.ids.clear();
-        let positives = Self::positives(mb);
-        sampler.targets(&mut seeds::rng(mb.seed), positives, negative, &mut self.ids);
-        self.group(mb, negative + 1);
-        self.fingerprint = fingerprint;
-        self.seed = mb.seed;
-    }
-
-    /// Whether these targets were drawn for `mb` on a model with
-    /// `fingerprint` and `negative` negatives: same objective, seed and
-    /// positives, hence the same negatives; same inputs (and, CBOW, context
-    /// words), hence the same input rows and step scales. A minibatch they
-    /// fit is identical in content to the validated one they were drawn for.
-    pub(crate) fn fit(&self, fingerprint: u64, negative: usize, mb: &Minibatch) -> bool {
-        let per_pair = negative + 1;
-        self.fingerprint == fingerprint
-            && self.seed == mb.seed
-            && self.objective == mb.objective
-            && self.ids.len() == mb.examples() * per_pair
-            && self.inputs == mb.inputs
-            && self.context_counts == mb.context_counts
-            && (!mb.objective.is_cbow() || self.contexts == mb.outputs)
-            && self
-                .ids
-                .iter()
-                .step_by(per_pair)
-                .eq(Self::positives(mb).iter())
-    }
-
-    /// Groups `ids` by output row into `plan` and `groups`, and the input
-    /// rows by word into their step scales.
-    fn group(&mut self, mb: &Minibatch, per_pair: usize) {
-        let (inputs, context_counts) = (&mb.inputs, &mb.context_counts);
-        self.objective = mb.objective;
         self.inputs.clear();
-        self.inputs.extend_from_slice(inputs);
         self.context_counts.clear();
-        self.context_counts.extend_from_slice(context_counts);
         self.contexts.clear();
-        if mb.objective.is_cbow() {
-            self.contexts.extend_from_slice(&mb.outputs);
+        self.parts.clear();
+        self.position_alpha.clear();
+        self.objective = mbs.first().map_or(Objective::SkipGram, |mb| mb.objective);
+        for mb in mbs {
+            let positives = Self::positives(mb);
+            sampler.targets(&mut seeds::rng(mb.seed), positives, negative, &mut self.ids);
+            self.inputs.extend_from_slice(&mb.inputs);
+            self.context_counts.extend_from_slice(&mb.context_counts);
+            if mb.objective.is_cbow() {
+                self.contexts.extend_from_slice(&mb.outputs);
+            }
+            self.parts
+                .push((mb.seed, mb.inputs.len() as u32, mb.outputs.len() as u32));
+            self.position_alpha
+                .extend(std::iter::repeat_n(mb.alpha, mb.inputs.len()));
         }
-        self.cap = row_step_cap(context_counts, per_pair as u32 - 1);
-        // The input rows a minibatch writes: skip-gram, each position's word
+        self.group(negative + 1);
+        self.fingerprint = fingerprint;
+        self.seed = mbs.first().map_or(0, |mb| mb.seed);
+        self.minibatches = mbs.len();
+    }
+
+    /// Whether this plan was drawn for the call `mbs` on a model with
+    /// `fingerprint` and `negative` negatives: same objective, seeds and
+    /// positives, hence the same negatives; same inputs (and, CBOW, context
+    /// words), hence the same input rows and step scales; same learning
+    /// rates. A call it fits is identical in content to the validated one
+    /// it was drawn for.
+    pub(crate) fn fit(&self, fingerprint: u64, negative: usize, mbs: &[Minibatch]) -> bool {
+        let per_pair = negative + 1;
+        let examples: usize = mbs.iter().map(Minibatch::examples).sum();
+        if self.fingerprint != fingerprint
+            || self.parts.len() != mbs.len()
+            || self.ids.len() != examples * per_pair
+        {
+            return false;
+        }
+        let (mut position, mut dot) = (0usize, 0usize);
+        for (&(seed, inputs, outputs), mb) in self.parts.iter().zip(mbs) {
+            let (n_in, n_dots) = (inputs as usize, mb.examples() * per_pair);
+            let same = seed == mb.seed
+                && mb.objective == self.objective
+                && n_in == mb.inputs.len()
+                && outputs as usize == mb.outputs.len()
+                && self.inputs[position..position + n_in] == mb.inputs[..]
+                && self.context_counts[position..position + n_in] == mb.context_counts[..]
+                && self.position_alpha[position..position + n_in]
+                    .iter()
+                    .all(|&a| a.to_bits() == mb.alpha.to_bits())
+                && self.ids[dot..dot + n_dots]
+                    .iter()
+                    .step_by(per_pair)
+                    .eq(Self::positives(mb).iter());
+            if !same {
+                return false;
+            }
+            position += n_in;
+            dot += n_dots;
+        }
+        !self.objective.is_cbow()
+            || self.contexts.len() == mbs.iter().map(|mb| mb.outputs.len()).sum::<usize>()
+                && mbs
+                    .iter()
+                    .flat_map(|mb| &mb.outputs)
+                    .eq(self.contexts.iter())
+    }
+
+    /// Groups `ids` by output row into `plan` and `groups` (with every dot
+    /// product's wire index), and the input rows by word into their step
+    /// scales.
+    fn group(&mut self, per_pair: usize) {
+        let cbow = self.objective.is_cbow();
+        let negative = per_pair as u32 - 1;
+        self.cap = row_step_cap(&self.context_counts, negative);
+        // The input rows a call writes: skip-gram, each position's word
         // (with all its pairs' dot products); CBOW, each context word entry
         // (with its position's 1 + negative).
-        let (rows, examples) = if mb.objective.is_cbow() {
-            (&mb.outputs, None)
+        let (rows, examples) = if cbow {
+            (&self.contexts, None)
         } else {
-            (inputs, Some(&context_counts[..]))
+            (&self.inputs, Some(&self.context_counts[..]))
         };
         input_step_scales(
             rows,
@@ -206,22 +265,21 @@ impl Targets {
             &mut self.input_keys,
             &mut self.input_scale,
         );
-        // Per dot product, not per example: the plan below then looks its
-        // position up without dividing by `per_pair` (an integer division
-        // per dot product is slow beside the rest of this function:
-        // docs/benchmarks-history.md, "Shared negatives measured, and the
-        // plan without divisions").
-        self.input_of_dot.clear();
-        for (p, &c) in context_counts.iter().enumerate() {
+        // Per dot product, its input position and (positives) its example,
+        // found in one pass: the plan below then needs no division.
+        self.dot_info.clear();
+        let mut example = 0u32;
+        for (p, &c) in self.context_counts.iter().enumerate() {
             // A position's examples: CBOW one, skip-gram one per context word.
-            let examples = if mb.objective.is_cbow() {
-                1
-            } else {
-                c as usize
-            };
-            self.input_of_dot
-                .extend(std::iter::repeat_n(p as u32, examples * per_pair));
+            let n = if cbow { 1 } else { c };
+            for _ in 0..n {
+                self.dot_info.push((p as u32, example));
+                self.dot_info
+                    .extend(std::iter::repeat_n((p as u32, u32::MAX), per_pair - 1));
+                example += 1;
+            }
         }
+        self.examples = example as usize;
         self.keys.clear();
         self.keys.extend(
             self.ids
@@ -231,14 +289,25 @@ impl Targets {
         );
         // A stable radix sort on the row alone: ties keep request order.
         sort_by_row(&mut self.keys, &mut self.keys_tmp);
-        // Two passes over locals: pushing to both vectors of `self` in one
-        // loop would reload their lengths and capacities at every key (a
-        // store through one might change the other's).
-        let (keys, input_of_dot) = (&self.keys, &self.input_of_dot);
+        // Two passes over locals: pushing to several vectors of `self` in
+        // one loop reloads their lengths and capacities at every key (a
+        // store through one might change another's).
+        let (keys, dot_info, position_alpha) = (&self.keys, &self.dot_info, &self.position_alpha);
+        let alphas = &mut self.alphas;
+        alphas.clear();
+        alphas.resize(keys.len(), 0.0);
+        let mut negatives = self.examples as u32;
         self.plan.clear();
         self.plan.extend(keys.iter().map(|&key| {
-            let t = key as u32;
-            (t, input_of_dot[t as usize])
+            let (p, e) = dot_info[key as u32 as usize];
+            let wire = if e == u32::MAX {
+                negatives += 1;
+                negatives - 1
+            } else {
+                e
+            };
+            alphas[wire as usize] = position_alpha[p as usize];
+            (wire, p)
         }));
         let groups = &mut self.groups;
         groups.clear();
@@ -255,13 +324,16 @@ impl Targets {
         let u32s = self.inputs.capacity()
             + self.context_counts.capacity()
             + self.contexts.capacity()
-            + self.ids.capacity()
-            + self.input_of_dot.capacity();
+            + self.ids.capacity();
         let u64s = self.keys.capacity() + self.keys_tmp.capacity() + self.input_keys.capacity();
+        let pairs = self.plan.capacity() + self.groups.capacity() + self.dot_info.capacity();
+        let f32s =
+            self.input_scale.capacity() + self.position_alpha.capacity() + self.alphas.capacity();
         u32s * 4
             + u64s * 8
-            + (self.plan.capacity() + self.groups.capacity()) * size_of::<(u32, u32)>()
-            + self.input_scale.capacity() * 4
+            + pairs * size_of::<(u32, u32)>()
+            + f32s * 4
+            + self.parts.capacity() * size_of::<(u64, u32, u32)>()
     }
 
     /// Dot products planned (examples × (1 + negative)).
@@ -271,6 +343,27 @@ impl Targets {
 
     pub fn is_empty(&self) -> bool {
         self.ids.is_empty()
+    }
+
+    /// Examples in the call: the first `examples()` dot products in wire
+    /// order are their positives.
+    pub fn examples(&self) -> usize {
+        self.examples
+    }
+
+    /// (input, output) pairs in the call.
+    pub fn pairs(&self) -> u64 {
+        self.parts
+            .iter()
+            .map(|&(_, _, outputs)| u64::from(outputs))
+            .sum()
+    }
+
+    /// The weights G of the call from its scaled weights (G ÷ α, wire
+    /// order, as they travel), into `out`: each times its minibatch's α.
+    pub fn weights(&self, scaled: &[f32], out: &mut Vec<f32>) {
+        out.clear();
+        out.extend(scaled.iter().zip(&self.alphas).map(|(&g, &a)| a * g));
     }
 }
 

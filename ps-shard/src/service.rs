@@ -1,12 +1,12 @@
 //! The tonic adapter: decodes requests, runs the CPU work of [`crate::model`]
 //! on blocking threads (never on the async reactor, at most `threads` at
 //! once), and maps [`ShardError`]s to gRPC codes. Panics in handlers become
-//! `Internal`. It pairs each `dotprod` with the `adjust` of the same
-//! minibatch: the targets a `dotprod` drew wait in a [`TargetCache`] for it.
+//! `Internal`. It pairs each `dotprod` with the `adjust` of the same call:
+//! the plan a `dotprod` drew waits in a [`PlanCache`] for it.
 
 use crate::checkpoints::{Arrival, Arrived};
 use crate::model::{Model, Scratch};
-use crate::plan::Targets;
+use crate::plan::Plan;
 use crate::registry::ShardCore;
 use colonnade_common::model::ShardSpec;
 use colonnade_proto::v1::shard_server::Shard;
@@ -39,95 +39,125 @@ pub const MAX_PULL_STREAMS: usize = 16;
 /// and its permit returned.
 const PULL_STALL: std::time::Duration = std::time::Duration::from_secs(600);
 
-/// At most this many bytes of drawn targets wait for their `adjust` (the
-/// cache is emptied when a new entry would pass it), and at most this many
-/// more wait, spent, to be drawn into again. A 256-input minibatch's targets
-/// take ~250 KB, so 16 in flight per worker take ~4 MB; a call's worth is
+/// At most this many bytes of plans wait for their `adjust` (the oldest
+/// are dropped when a new one would pass it), and at most this many more
+/// wait, spent, to be drawn into again. A 256-input minibatch's plan takes
+/// ~250 KB, so hundreds of minibatches in flight fit; a call's worth is
 /// bounded by [`MAX_CALL_DOTS`] (~120 MB of plan).
-pub const TARGET_CACHE_BYTES: usize = 256 << 20;
+pub const PLAN_CACHE_BYTES: usize = 256 << 20;
 
-/// The targets each `dotprod` drew, by (model fingerprint, minibatch seed),
-/// until the `adjust` of the same minibatch takes them. A soft cache: an
-/// entry is used only if it fits the adjust's minibatch, and a miss
-/// (restart, eviction, a retried call) draws the targets again from the seed.
-/// Its memory is bounded by [`TARGET_CACHE_BYTES`] however many `dotprod`s
-/// never see their `adjust`.
+/// Names a call's plan: its model and lineage, the seed of its first
+/// minibatch and its number of minibatches (a worker's calls in flight
+/// start at distinct minibatches, whose seeds differ).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct CallKey {
+    pub fingerprint: u64,
+    pub lineage: u64,
+    pub seed: u64,
+    pub minibatches: u32,
+}
+
+/// The plan each `dotprod` drew, by [`CallKey`], until the `adjust` of the
+/// same call takes it. An `adjust` that carries its minibatches uses an
+/// entry only if it fits them, and draws the plan again on a miss; one that
+/// names its call only is answered NOT_FOUND on a miss (the client then sends
+/// its minibatches). Its memory is bounded by [`PLAN_CACHE_BYTES`] however
+/// many `dotprod`s never see their `adjust`.
 #[derive(Default)]
-pub struct TargetCache {
+pub struct PlanCache {
     waiting: parking_lot::Mutex<Waiting>,
-    /// Targets whose adjust is done, to draw into again (any thread), and
+    /// Plans whose adjust is done, to draw into again (any thread), and
     /// their bytes.
-    free: parking_lot::Mutex<(Vec<Targets>, usize)>,
+    free: parking_lot::Mutex<(Vec<Plan>, usize)>,
 }
 
 #[derive(Default)]
 struct Waiting {
-    entries: std::collections::HashMap<(u64, u64), Targets>,
+    entries: std::collections::HashMap<CallKey, (u64, Plan)>,
+    /// Entries in the order they came (with their number), for eviction.
+    order: std::collections::VecDeque<(u64, CallKey)>,
+    next: u64,
     bytes: usize,
 }
 
-impl TargetCache {
-    fn put(&self, fingerprint: u64, seed: u64, targets: Targets) {
-        let bytes = targets.heap_bytes();
+impl PlanCache {
+    fn put(&self, key: CallKey, plan: Plan) {
+        let bytes = plan.heap_bytes();
+        if bytes > PLAN_CACHE_BYTES {
+            return;
+        }
         let mut w = self.waiting.lock();
-        if w.bytes + bytes > TARGET_CACHE_BYTES {
-            w.entries.clear();
-            w.bytes = 0;
-            if bytes > TARGET_CACHE_BYTES {
-                return;
+        while w.bytes + bytes > PLAN_CACHE_BYTES {
+            let Some((n, old)) = w.order.pop_front() else {
+                break;
+            };
+            if w.entries.get(&old).is_some_and(|(m, _)| *m == n) {
+                if let Some((_, p)) = w.entries.remove(&old) {
+                    w.bytes -= p.heap_bytes();
+                }
             }
         }
+        let n = w.next;
+        w.next += 1;
         w.bytes += bytes;
-        if let Some(old) = w.entries.insert((fingerprint, seed), targets) {
+        w.order.push_back((n, key));
+        if let Some((_, old)) = w.entries.insert(key, (n, plan)) {
             w.bytes -= old.heap_bytes();
         }
     }
 
-    /// Targets to draw into: recycled ones when there are.
-    fn fresh(&self) -> Targets {
+    /// A plan to draw into: a recycled one when there is.
+    fn fresh(&self) -> Plan {
         let mut free = self.free.lock();
         match free.0.pop() {
-            Some(t) => {
-                free.1 -= t.heap_bytes();
-                t
+            Some(p) => {
+                free.1 -= p.heap_bytes();
+                p
             }
-            None => Targets::default(),
+            None => Plan::default(),
         }
     }
 
-    /// Returns targets whose minibatch is done.
-    fn recycle(&self, t: Targets) {
-        let bytes = t.heap_bytes();
+    /// Returns a plan whose call is done.
+    fn recycle(&self, p: Plan) {
+        let bytes = p.heap_bytes();
         let mut free = self.free.lock();
-        if free.1 + bytes <= TARGET_CACHE_BYTES {
+        if free.1 + bytes <= PLAN_CACHE_BYTES {
             free.1 += bytes;
-            free.0.push(t);
+            free.0.push(p);
         }
     }
 
-    /// The targets of `mb` on `model`: the cached ones if they fit it, else
-    /// drawn again.
-    fn take(&self, model: &Model, mb: &Minibatch) -> Result<Targets, ShardError> {
-        let cached = {
-            let mut w = self.waiting.lock();
-            let cached = w.entries.remove(&(model.fingerprint, mb.seed));
-            if let Some(t) = &cached {
-                w.bytes -= t.heap_bytes();
-            }
-            cached
-        };
-        if let Some(cached) = cached {
-            if model.targets_fit(mb, &cached) {
+    /// The plan `key` names, if held (and removed).
+    fn remove(&self, key: &CallKey) -> Option<Plan> {
+        let mut w = self.waiting.lock();
+        let (_, p) = w.entries.remove(key)?;
+        w.bytes -= p.heap_bytes();
+        // Its place in `order` stays until eviction reaches it: `put`
+        // skips a key held under a newer number, or no longer held.
+        Some(p)
+    }
+
+    /// The plan of the call `mbs` (key `key`) on `model`: the cached one if
+    /// it fits them, else drawn again.
+    fn take_or_plan(
+        &self,
+        model: &Model,
+        key: &CallKey,
+        mbs: &[Minibatch],
+    ) -> Result<Plan, ShardError> {
+        if let Some(cached) = self.remove(key) {
+            if model.plan_fits(mbs, &cached) {
                 return Ok(cached);
             }
             self.recycle(cached);
         }
-        let mut t = self.fresh();
-        model.draw_targets(mb, &mut t)?;
-        Ok(t)
+        let mut p = self.fresh();
+        model.plan(mbs, &mut p)?;
+        Ok(p)
     }
 
-    /// Bytes of targets held: waiting for their adjust, and spent.
+    /// Bytes of plans held: waiting for their adjust, and spent.
     pub fn bytes(&self) -> usize {
         self.waiting.lock().bytes + self.free.lock().1
     }
@@ -138,18 +168,14 @@ impl TargetCache {
 /// their own message buffers (paper 6.1.3).
 #[derive(Default)]
 struct ThreadBufs {
-    /// The call's minibatches (the first `n` are this call's) and their models.
-    batches: Vec<Minibatch>,
-    models: Vec<Arc<Model>>,
-    /// Scaled weights of the whole call, then one minibatch's weights.
+    /// The call's minibatches (the first `n` are this call's).
+    minibatches: Vec<Minibatch>,
+    /// The call's scaled weights, then its weights.
     scaled: Vec<f32>,
     weights: Vec<f32>,
-    /// Dot products of the whole call, and of one minibatch.
+    /// The call's dot products.
     dots: Vec<f32>,
-    part: Vec<f32>,
     scratch: Scratch,
-    /// The targets of the minibatches of the current `adjust`.
-    taken: Vec<Targets>,
 }
 
 thread_local! {
@@ -157,7 +183,7 @@ thread_local! {
 }
 
 /// Most minibatches one training call may carry.
-pub const MAX_BATCHES_PER_CALL: usize = 256;
+pub const MAX_MINIBATCHES_PER_CALL: usize = 256;
 
 pub struct ShardService {
     core: Arc<ShardCore>,
@@ -165,7 +191,7 @@ pub struct ShardService {
     permits: Arc<Semaphore>,
     /// One per open PullRows stream ([`MAX_PULL_STREAMS`]).
     pulls: Arc<Semaphore>,
-    targets: Arc<TargetCache>,
+    plans: Arc<PlanCache>,
 }
 
 impl ShardService {
@@ -175,7 +201,7 @@ impl ShardService {
             tokens: Tokens::default(),
             permits: Arc::new(Semaphore::new(threads.max(1))),
             pulls: Arc::new(Semaphore::new(MAX_PULL_STREAMS)),
-            targets: Arc::default(),
+            plans: Arc::default(),
         }
     }
 
@@ -222,61 +248,103 @@ impl ShardService {
             .map_err(Status::from)
     }
 
-    /// Runs a training call on a blocking thread: decodes its minibatches
-    /// into the thread's buffers and finds their models (checking their
-    /// lineages), then runs `f` with the number of minibatches.
-    async fn training_call<T: Send + 'static>(
-        &self,
-        batches: Vec<v1::Minibatch>,
-        f: impl FnOnce(&mut ThreadBufs, usize, &TargetCache) -> Result<T, ShardError> + Send + 'static,
-    ) -> Result<T, Status> {
-        if batches.is_empty() {
-            return Err(Status::invalid_argument("field `batches` is empty"));
-        }
-        if batches.len() > MAX_BATCHES_PER_CALL {
+    /// Refuses a call of no minibatches or of too many, before any work.
+    fn check_count(minibatches: usize) -> Result<(), Status> {
+        if minibatches > MAX_MINIBATCHES_PER_CALL {
             return Err(Status::invalid_argument(format!(
-                "field `batches`: {} minibatches, at most {MAX_BATCHES_PER_CALL} per call",
-                batches.len()
+                "field `minibatches`: {minibatches} minibatches, at most \
+                 {MAX_MINIBATCHES_PER_CALL} per call"
             )));
         }
-        let core = Arc::clone(&self.core);
-        let targets = Arc::clone(&self.targets);
-        self.blocking(move |bufs| {
-            let n = batches.len();
-            if bufs.batches.len() < n {
-                bufs.batches.resize_with(n, Minibatch::default);
-            }
-            bufs.models.clear();
-            // The call's work, checked minibatch by minibatch before any
-            // target is drawn: a call's plan and dot products stay bounded.
-            let mut dots = 0u64;
-            for (i, (wire, batch)) in batches.iter().zip(&mut bufs.batches).enumerate() {
-                let in_batch = |e: ShardError| match e {
-                    ShardError::InvalidArgument(m) if n > 1 => {
-                        ShardError::InvalidArgument(format!("batch {i}: {m}"))
-                    }
-                    e => e,
-                };
-                let (fingerprint, lineage) = batch.decode_from(Some(wire)).map_err(in_batch)?;
-                let model = match bufs.models.last() {
-                    Some(m) if m.fingerprint == fingerprint => Arc::clone(m),
-                    _ => core.model(fingerprint)?,
-                };
-                model.check_lineage(lineage)?;
-                dots += batch.examples() as u64 * (1 + u64::from(model.spec.model.negative));
-                if dots > MAX_CALL_DOTS {
-                    return Err(ShardError::ResourceExhausted(format!(
-                        "field `batches`: the call's minibatches (through batch {i}) ask for {dots} \
-                         dot products (examples × (1 + negative)), more than {MAX_CALL_DOTS} per \
-                         call; send fewer or smaller minibatches per call"
-                    )));
-                }
-                bufs.models.push(model);
-            }
-            f(bufs, n, &targets)
-        })
-        .await
+        Ok(())
     }
+}
+
+/// Decodes a call's minibatches into `bufs.minibatches` (the first
+/// `wire.len()` are the call's), checking that they are of one model and
+/// lineage, that the model holds that lineage, and that the call's work
+/// stays bounded, minibatch by minibatch before anything is planned.
+/// Returns the model and the call's key.
+fn decode_call(
+    core: &ShardCore,
+    wire: &[v1::Minibatch],
+    bufs: &mut ThreadBufs,
+) -> Result<(Arc<Model>, CallKey), ShardError> {
+    let n = wire.len();
+    if n == 0 {
+        return Err(ShardError::InvalidArgument(
+            "field `minibatches` is empty".into(),
+        ));
+    }
+    if bufs.minibatches.len() < n {
+        bufs.minibatches.resize_with(n, Minibatch::default);
+    }
+    let mut model: Option<(Arc<Model>, u64)> = None;
+    let mut dots = 0u64;
+    for (i, (w, mb)) in wire.iter().zip(&mut bufs.minibatches).enumerate() {
+        let in_call = |e: ShardError| match e {
+            ShardError::InvalidArgument(m) if n > 1 => {
+                ShardError::InvalidArgument(format!("minibatch {i}: {m}"))
+            }
+            e => e,
+        };
+        let (fingerprint, lineage) = mb.decode_from(Some(w)).map_err(in_call)?;
+        let m = match &model {
+            Some((m, l)) if m.fingerprint == fingerprint && *l == lineage => Arc::clone(m),
+            Some((m, l)) => {
+                return Err(ShardError::InvalidArgument(format!(
+                    "minibatch {i}: model {fingerprint:016x} lineage {lineage:016x}, but the \
+                     call's first minibatch is of model {:016x} lineage {l:016x}: the \
+                     minibatches of a call are of one model",
+                    m.fingerprint
+                )))
+            }
+            None => {
+                let m = core.model(fingerprint)?;
+                m.check_lineage(lineage)?;
+                model = Some((Arc::clone(&m), lineage));
+                m
+            }
+        };
+        dots += mb.examples() as u64 * (1 + u64::from(m.spec.model.negative));
+        if dots > MAX_CALL_DOTS {
+            return Err(ShardError::ResourceExhausted(format!(
+                "field `minibatches`: the call's minibatches (through minibatch {i}) ask for \
+                 {dots} dot products (examples × (1 + negative)), more than {MAX_CALL_DOTS} per \
+                 call; send fewer or smaller minibatches per call"
+            )));
+        }
+    }
+    let (model, lineage) = model.ok_or_else(|| ShardError::Internal("no minibatch".into()))?;
+    let key = CallKey {
+        fingerprint: model.fingerprint,
+        lineage,
+        seed: bufs.minibatches[0].seed,
+        minibatches: n as u32,
+    };
+    Ok((model, key))
+}
+
+/// Decodes a call's scaled weights into `scaled`, checking their number
+/// against `plan` and their values (a scaled weight is 1 − σ(F) or −σ(F):
+/// within [−1, 1]).
+fn check_weights(raw: &[u8], plan: &Plan, scaled: &mut Vec<f32>) -> Result<(), ShardError> {
+    decode_f16_scaled_into("scaled_weights", raw, 1.0, scaled)?;
+    if scaled.len() != plan.len() {
+        return Err(ShardError::InvalidArgument(format!(
+            "field `scaled_weights`: {} weights for {} dot products (examples × (1 + negative) \
+             over the call's minibatches)",
+            scaled.len(),
+            plan.len()
+        )));
+    }
+    if let Some(i) = scaled.iter().position(|x| x.is_nan() || x.abs() > 1.0) {
+        return Err(ShardError::InvalidArgument(format!(
+            "field `scaled_weights`: weight {i} is {}, outside [-1, 1] (1 − σ(F) or −σ(F))",
+            scaled[i]
+        )));
+    }
+    Ok(())
 }
 
 type RowStream = Pin<Box<dyn Stream<Item = Result<RowBlock, Status>> + Send>>;
@@ -348,18 +416,16 @@ impl Shard for ShardService {
         &self,
         request: Request<DotprodRequest>,
     ) -> Result<Response<DotprodResponse>, Status> {
-        let req = request.into_inner();
+        let minibatches = request.into_inner().minibatches;
+        Self::check_count(minibatches.len())?;
+        let (core, cache) = (Arc::clone(&self.core), Arc::clone(&self.plans));
         let dots = self
-            .training_call(req.batches, |b, n, cache| {
-                b.dots.clear();
-                for i in 0..n {
-                    let (model, mb) = (&b.models[i], &b.batches[i]);
-                    let mut t = cache.fresh();
-                    model.draw_targets(mb, &mut t)?;
-                    model.dotprod(mb, &t, &mut b.scratch, &mut b.part)?;
-                    b.dots.extend_from_slice(&b.part);
-                    cache.put(model.fingerprint, mb.seed, t);
-                }
+            .blocking(move |b| {
+                let (model, key) = decode_call(&core, &minibatches, b)?;
+                let mut plan = cache.fresh();
+                model.plan(&b.minibatches[..minibatches.len()], &mut plan)?;
+                model.dotprod(&plan, &mut b.scratch, &mut b.dots)?;
+                cache.put(key, plan);
                 Ok(encode_f32(&b.dots))
             })
             .await?;
@@ -370,49 +436,58 @@ impl Shard for ShardService {
         &self,
         request: Request<AdjustRequest>,
     ) -> Result<Response<AdjustResponse>, Status> {
-        let req = request.into_inner();
-        let fingerprint = req.batches.first().map_or(0, |b| b.model_fingerprint);
-        let raw = req.scaled_weights;
-        self.training_call(req.batches, move |b, n, cache| {
-            // Everything is checked before any row changes: the targets of
-            // every minibatch, the weights' number and values.
-            decode_f16_scaled_into("scaled_weights", &raw, 1.0, &mut b.scaled)?;
-            for t in b.taken.drain(..) {
-                cache.recycle(t);
-            }
-            let mut planned = 0;
-            for i in 0..n {
-                let t = cache.take(&b.models[i], &b.batches[i])?;
-                planned += t.len();
-                b.taken.push(t);
-            }
-            if b.scaled.len() != planned {
-                return Err(ShardError::InvalidArgument(format!(
-                    "field `scaled_weights`: {} weights for {planned} dot products (examples × (1 + \
-                     negative) over {n} minibatches)",
-                    b.scaled.len()
-                )));
-            }
-            // A scaled weight is 1 − σ(F) or −σ(F): within [−1, 1].
-            if let Some(i) = b.scaled.iter().position(|x| x.is_nan() || x.abs() > 1.0) {
-                return Err(ShardError::InvalidArgument(format!(
-                    "field `scaled_weights`: weight {i} is {}, outside [-1, 1] (1 − σ(F) or −σ(F))",
-                    b.scaled[i]
-                )));
-            }
-            let mut offset = 0;
-            for i in 0..n {
-                let (model, mb, t) = (&b.models[i], &b.batches[i], &b.taken[i]);
-                let part = &b.scaled[offset..offset + t.len()];
-                offset += t.len();
-                b.weights.clear();
-                b.weights.extend(part.iter().map(|&g| mb.alpha * g));
-                model.adjust(mb, t, &b.weights, &mut b.scratch)?;
-            }
-            for t in b.taken.drain(..) {
-                cache.recycle(t);
-            }
-            Ok(())
+        let AdjustRequest {
+            minibatches,
+            scaled_weights: raw,
+            call,
+        } = request.into_inner();
+        Self::check_count(minibatches.len())?;
+        let fingerprint = match (&call, minibatches.first()) {
+            (_, Some(mb)) => mb.model_fingerprint,
+            (Some(c), None) => c.model_fingerprint,
+            (None, None) => 0,
+        };
+        let (core, cache) = (Arc::clone(&self.core), Arc::clone(&self.plans));
+        self.blocking(move |b| {
+            let (model, plan) = if minibatches.is_empty() {
+                let c = call.ok_or_else(|| {
+                    ShardError::InvalidArgument(
+                        "fields `minibatches` and `call`: an adjust carries its call's \
+                         minibatches or names the call"
+                            .into(),
+                    )
+                })?;
+                let model = core.model(c.model_fingerprint)?;
+                model.check_lineage(c.lineage)?;
+                let key = CallKey {
+                    fingerprint: c.model_fingerprint,
+                    lineage: c.lineage,
+                    seed: c.seed,
+                    minibatches: c.minibatches,
+                };
+                let plan = cache.remove(&key).ok_or_else(|| {
+                    ShardError::NotFound(format!(
+                        "field `call`: this shard holds no plan of the call of {} minibatch(es) \
+                         from seed {} (its dotprod went elsewhere, or the plan was dropped): \
+                         send the adjust with its minibatches",
+                        c.minibatches, c.seed
+                    ))
+                })?;
+                (model, plan)
+            } else {
+                let (model, key) = decode_call(&core, &minibatches, b)?;
+                let n = minibatches.len();
+                let plan = cache.take_or_plan(&model, &key, &b.minibatches[..n])?;
+                (model, plan)
+            };
+            // Everything is checked before any row changes: the weights'
+            // number and values.
+            let applied = check_weights(&raw, &plan, &mut b.scaled).and_then(|()| {
+                plan.weights(&b.scaled, &mut b.weights);
+                model.adjust(&plan, &b.weights, &mut b.scratch)
+            });
+            cache.recycle(plan);
+            applied
         })
         .await?;
         let checkpoint_pending = self.core.pending_checkpoint(fingerprint);
@@ -615,15 +690,18 @@ mod tests {
     }
 
     async fn dotprod(s: &ShardService, b: v1::Minibatch) {
-        let req = Request::new(DotprodRequest { batches: vec![b] });
+        let req = Request::new(DotprodRequest {
+            minibatches: vec![b],
+        });
         s.dotprod(req).await.expect("dotprod");
     }
 
     async fn adjust(s: &ShardService, b: v1::Minibatch) {
         let weights: Vec<f32> = (0..12).map(|t| 0.05 * (t as f32 - 4.0)).collect();
         let req = Request::new(AdjustRequest {
-            batches: vec![b],
+            minibatches: vec![b],
             scaled_weights: colonnade_proto::encode_f16(&weights),
+            call: None,
         });
         s.adjust(req).await.expect("adjust");
     }

@@ -9,8 +9,8 @@
 use crate::hogwild::HogwildMatrix;
 use crate::loops::{fused_loop, FusedSteps};
 use crate::model::{work, Model, Scratch, StepScratch};
-use crate::plan::Targets;
-use colonnade_proto::{Minibatch, ShardError};
+use crate::plan::Plan;
+use colonnade_proto::ShardError;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
@@ -59,36 +59,34 @@ impl WholeVectors {
 
     /// The shards' [`Model::dotprod`], a client's weights (α ×
     /// `colonnade_common::sgns::scaled_weight` of the summed dot products) and
-    /// their [`Model::adjust`] of `mb` in one visit per row; `dots` gets
-    /// the summed dot products, pair-major. Bit for bit the calls on each
-    /// shard with the client's weights in between
+    /// their [`Model::adjust`] of the call `plan` in one visit per row;
+    /// `dots` gets the summed dot products, in wire order. Bit for bit the
+    /// calls on each shard with the client's weights in between
     /// (`client/tests/determinism.rs` compares it with shards over gRPC).
     pub fn fused(
         &self,
-        mb: &Minibatch,
-        targets: &Targets,
+        plan: &Plan,
         s: &mut Scratch,
         dots: &mut Vec<f32>,
     ) -> Result<(), ShardError> {
-        let first = &self.models[0];
-        first.check_targets(mb, targets)?;
+        self.models[0].check_plan(plan)?;
         let cols = self.u.cols();
         dots.clear();
-        dots.resize(targets.len(), 0.0);
-        s.weights.resize(targets.len(), 0.0);
+        dots.resize(plan.len(), 0.0);
+        s.weights.resize(plan.len(), 0.0);
         let StepScratch {
             u_rows,
             u_delta,
             v_delta,
             weights,
-        } = s.for_steps(mb.inputs.len(), cols);
+        } = s.for_steps(plan.inputs.len(), cols);
         fused_loop(
-            work(&self.u, &self.v, mb, targets, u_rows),
+            work(&self.u, &self.v, plan, u_rows),
             FusedSteps {
-                alpha: mb.alpha,
-                per_pair: first.negative() + 1,
-                input_scale: &targets.input_scale,
-                cap: targets.cap,
+                alphas: &plan.alphas,
+                positives: plan.examples(),
+                input_scale: &plan.input_scale,
+                cap: plan.cap,
                 dots,
                 weights,
                 u_delta,
@@ -99,7 +97,7 @@ impl WholeVectors {
         for m in &self.models {
             m.stats.dotprod_calls.fetch_add(1, Relaxed);
             m.stats.adjust_calls.fetch_add(1, Relaxed);
-            m.stats.pairs_adjusted.fetch_add(mb.pairs() as u64, Relaxed);
+            m.stats.pairs_adjusted.fetch_add(plan.pairs(), Relaxed);
         }
         Ok(())
     }
@@ -114,11 +112,12 @@ mod tests {
     use colonnade_common::sgns::sigmoid;
     use std::ops::Range;
 
-    /// Steps the same minibatches fused on `joined` and call by call on
-    /// `split` (shard order, partial dot products summed as a client does,
-    /// its half-float weights); both must stay equal bit for bit.
+    /// Steps the same calls (two minibatches each) fused on `joined` and
+    /// call by call on `split` (shard order, partial dot products summed as
+    /// a client does, its half-float weights); both must stay equal bit for
+    /// bit.
     fn fused_matches_split(joined: &WholeVectors, split: &[Model], cbow: bool) {
-        let (mut t, mut s, mut dots) = (Targets::default(), Scratch::default(), Vec::new());
+        let (mut p, mut s, mut dots) = (Plan::default(), Scratch::default(), Vec::new());
         let (mut part, mut summed, mut weights) = (Vec::new(), Vec::new(), Vec::new());
         let joined_state = || {
             joined
@@ -132,13 +131,16 @@ mod tests {
         assert_eq!(joined_state(), before, "the same initial state");
         // Several steps, so v is no longer zero and every weight matters.
         for seed in 0..6u64 {
-            let mut mb = minibatch(seed, &[0, 1, 5], &[2, 1, 3], &[1, 2, 3, 4, 0, 5]);
-            mb.alpha = 0.5;
-            mb.objective = Objective::from_cbow(cbow);
-            split[0].draw_targets(&mb, &mut t).expect("targets");
-            joined.fused(&mb, &t, &mut s, &mut dots).expect("fused");
+            let mut a = minibatch(seed, &[0, 1, 5], &[2, 1, 3], &[1, 2, 3, 4, 0, 5]);
+            let mut b = minibatch(seed + 100, &[2, 3], &[1, 2], &[1, 0, 4]);
+            (a.alpha, b.alpha) = (0.5, 0.25);
+            a.objective = Objective::from_cbow(cbow);
+            b.objective = a.objective;
+            let call = [a, b];
+            split[0].plan(&call, &mut p).expect("plan");
+            joined.fused(&p, &mut s, &mut dots).expect("fused");
             for (i, m) in split.iter().enumerate() {
-                m.dotprod(&mb, &t, &mut s, &mut part).expect("dotprod");
+                m.dotprod(&p, &mut s, &mut part).expect("dotprod");
                 if i == 0 {
                     summed.clone_from(&part);
                 } else {
@@ -146,19 +148,23 @@ mod tests {
                 }
             }
             assert_eq!(dots, summed, "step {seed}: dot products");
-            let per_pair = split[0].negative() + 1;
-            weights.clear();
-            weights.extend(summed.iter().enumerate().map(|(i, &f)| {
-                // What a client computes: the half-float G/α, times α.
-                let g = if i % per_pair == 0 {
-                    1.0 - sigmoid(f)
-                } else {
-                    -sigmoid(f)
-                };
-                mb.alpha * colonnade_common::sgns::wire_scaled_weight(g)
-            }));
+            // What a client computes: the half-float G/α (positives first in
+            // wire order), then the shard's α of each dot product's minibatch.
+            let scaled: Vec<f32> = summed
+                .iter()
+                .enumerate()
+                .map(|(i, &f)| {
+                    let g = if i < p.examples() {
+                        1.0 - sigmoid(f)
+                    } else {
+                        -sigmoid(f)
+                    };
+                    colonnade_common::sgns::wire_scaled_weight(g)
+                })
+                .collect();
+            p.weights(&scaled, &mut weights);
             for m in split {
-                m.adjust(&mb, &t, &weights, &mut s).expect("adjust");
+                m.adjust(&p, &weights, &mut s).expect("adjust");
             }
             assert_eq!(joined_state(), split_state(), "step {seed}: model");
         }

@@ -94,11 +94,12 @@ fn calls(fp: u64, n: usize, per_call: usize, seed: u64) -> Vec<Call> {
             let wire: Vec<v1::Minibatch> = mbs.iter().map(|m| m.to_wire(fp)).collect();
             Call {
                 dotprod: DotprodRequest {
-                    batches: wire.clone(),
+                    minibatches: wire.clone(),
                 },
                 adjust: AdjustRequest {
-                    batches: wire,
+                    minibatches: wire,
                     scaled_weights: encode_f16(&weights),
+                    call: None,
                 },
             }
         })

@@ -10,7 +10,7 @@ use colonnade_common::model::ModelSpec;
 use colonnade_common::model::Objective;
 use colonnade_proto::Minibatch;
 use colonnade_ps_shard::model::Scratch;
-use colonnade_ps_shard::plan::Targets;
+use colonnade_ps_shard::plan::Plan;
 use colonnade_ps_shard::{Matrix, ShardCore, ShardSpec};
 use proptest::prelude::*;
 
@@ -95,31 +95,32 @@ proptest! {
         let split = shards(dim, cbow, &cuts);
         let whole = shards(dim, cbow, &[]);
         let fp = model_spec(dim, cbow).fingerprint();
-        let (mut s, mut t) = (Scratch::default(), Targets::default());
+        let (mut s, mut t) = (Scratch::default(), Plan::default());
         // Train a little first so v is not all zeros.
         let pairs = if cbow { inputs.len() } else { outputs.len() };
         let mb = |seed| Minibatch { seed, inputs: inputs.clone(), context_counts: counts.clone(), outputs: outputs.clone(), objective: Objective::from_cbow(cbow), ..Minibatch::default() };
         for core in split.iter().chain(&whole) {
             let model = core.model(fp).expect("model");
             let b = mb(seed ^ 1);
-            model.draw_targets(&b, &mut t).expect("targets");
-            let weights: Vec<f32> = (0..pairs * 4).map(|i| if i % 4 == 0 { 0.3 } else { -0.2 }).collect();
-            model.adjust(&b, &t, &weights, &mut s).expect("adjust");
+            model.plan(std::slice::from_ref(&b), &mut t).expect("plan");
+            // Wire order: the examples' positives first, then the negatives.
+            let weights: Vec<f32> = (0..pairs * 4).map(|i| if i < pairs { 0.3 } else { -0.2 }).collect();
+            model.adjust(&t, &weights, &mut s).expect("adjust");
         }
         let b = mb(seed);
-        // Example-major sums: per example its positive, then its 3 negatives.
+        // Wire-order sums: per example its positive, then every negative.
         let mut sum = vec![0.0f32; pairs * 4];
         for core in &split {
             let model = core.model(fp).expect("model");
             let mut dots = Vec::new();
-            model.draw_targets(&b, &mut t).expect("targets");
-            model.dotprod(&b, &t, &mut s, &mut dots).expect("dotprod");
+            model.plan(std::slice::from_ref(&b), &mut t).expect("plan");
+            model.dotprod(&t, &mut s, &mut dots).expect("dotprod");
             sum.iter_mut().zip(&dots).for_each(|(a, x)| *a += x);
         }
         let model = whole[0].model(fp).expect("model");
         let mut dots1 = Vec::new();
-        model.draw_targets(&b, &mut t).expect("targets");
-        model.dotprod(&b, &t, &mut s, &mut dots1).expect("dotprod");
+        model.plan(std::slice::from_ref(&b), &mut t).expect("plan");
+        model.dotprod(&t, &mut s, &mut dots1).expect("dotprod");
         // Independent check of the positive dots from the assembled rows.
         let u = rows(&split, fp, Matrix::Input, dim);
         let v = rows(&split, fp, Matrix::Output, dim);
@@ -136,11 +137,11 @@ proptest! {
                 }
                 h.iter_mut().for_each(|a| *a /= contexts.len() as f32);
                 let full = dot_scalar(&h, &row(&v, w_in));
-                prop_assert!((sum[4 * i] - full).abs() <= 1e-6, "position {i}: {} vs {full}", sum[4 * i]);
+                prop_assert!((sum[i] - full).abs() <= 1e-6, "position {i}: {} vs {full}", sum[i]);
             } else {
                 for &w_out in contexts {
                     let full = dot_scalar(&row(&u, w_in), &row(&v, w_out));
-                    prop_assert!((sum[4 * k] - full).abs() <= 1e-6, "pair {k}: {} vs {full}", sum[4 * k]);
+                    prop_assert!((sum[k] - full).abs() <= 1e-6, "pair {k}: {} vs {full}", sum[k]);
                     k += 1;
                 }
             }

@@ -212,8 +212,9 @@ fn case(fps: [u64; 2]) -> impl Strategy<Value = Case> {
                 unreachable!("valid_calls makes calls")
             };
             let mut bytes = AdjustRequest {
-                batches,
+                minibatches: batches,
                 scaled_weights: weights.into(),
+                call: None,
             }
             .encode_to_vec();
             for (at, b) in flips {
@@ -296,15 +297,16 @@ fn arbitrary_requests_never_panic_and_rejected_ones_change_nothing() {
                 Case::Calls(batches, weights) => {
                     let r = service
                         .dotprod(Request::new(DotprodRequest {
-                            batches: batches.clone(),
+                            minibatches: batches.clone(),
                         }))
                         .await;
                     answered(&mut tally.borrow_mut(), "dotprod", &r)?;
                     let before = models.each_ref().map(|m| snapshot(m));
                     let r = service
                         .adjust(Request::new(AdjustRequest {
-                            batches,
+                            minibatches: batches,
                             scaled_weights: weights.into(),
+                            call: None,
                         }))
                         .await;
                     answered(&mut tally.borrow_mut(), "adjust", &r)?;

@@ -225,7 +225,7 @@ async fn hostile_requests_end_in_clear_errors_and_the_shard_stays_within_its_bud
     let huge: Vec<u32> = (0..25_000_000u32).map(|i| i % 100_000).collect();
     let r = c
         .dotprod(DotprodRequest {
-            batches: vec![pairs(fp, &huge, 0.025)],
+            minibatches: vec![pairs(fp, &huge, 0.025)],
         })
         .await;
     expect_code(r, Code::OutOfRange, "too large");
@@ -237,7 +237,7 @@ async fn hostile_requests_end_in_clear_errors_and_the_shard_stays_within_its_bud
     let t = Instant::now();
     let r = c
         .dotprod(DotprodRequest {
-            batches: vec![pairs(fp, &many, 0.025)],
+            minibatches: vec![pairs(fp, &many, 0.025)],
         })
         .await;
     expect_code(r, Code::ResourceExhausted, &MAX_CALL_DOTS.to_string());
@@ -264,7 +264,7 @@ async fn hostile_requests_end_in_clear_errors_and_the_shard_stays_within_its_bud
     };
     let r = c
         .dotprod(DotprodRequest {
-            batches: vec![windows],
+            minibatches: vec![windows],
         })
         .await;
     expect_code(r, Code::ResourceExhausted, "dot products");
@@ -272,15 +272,17 @@ async fn hostile_requests_end_in_clear_errors_and_the_shard_stays_within_its_bud
     // Weights and learning rates that would blow the rows up.
     let r = c
         .adjust(AdjustRequest {
-            batches: vec![pairs(fp, &[1], 0.025)],
+            minibatches: vec![pairs(fp, &[1], 0.025)],
             scaled_weights: encode_f16(&[2.0, 0.0, 0.0, 0.0, 0.0, 0.0]),
+            call: None,
         })
         .await;
     expect_code(r, Code::InvalidArgument, "`scaled_weights`");
     let r = c
         .adjust(AdjustRequest {
-            batches: vec![pairs(fp, &[1], 1e30)],
+            minibatches: vec![pairs(fp, &[1], 1e30)],
             scaled_weights: encode_f16(&[0.5, -0.5, -0.5, -0.5, -0.5, -0.5]),
+            call: None,
         })
         .await;
     expect_code(r, Code::InvalidArgument, "`alpha`");
@@ -291,9 +293,11 @@ async fn hostile_requests_end_in_clear_errors_and_the_shard_stays_within_its_bud
     for seed in 0..12u64 {
         let mut b = pairs(fp, &big, 0.025);
         b.seed = 1000 + seed;
-        c.dotprod(DotprodRequest { batches: vec![b] })
-            .await
-            .expect("a call within the limit");
+        c.dotprod(DotprodRequest {
+            minibatches: vec![b],
+        })
+        .await
+        .expect("a call within the limit");
     }
     assert!(shard.alive(), "the shard died:\n{}", shard.log());
     let peak = shard.memory("VmHWM");
@@ -315,7 +319,7 @@ async fn hostile_requests_end_in_clear_errors_and_the_shard_stays_within_its_bud
     expect_code(r, Code::ResourceExhausted, "PullRows");
     let answered = tokio::time::timeout(Duration::from_secs(10), async {
         c.dotprod(DotprodRequest {
-            batches: vec![pairs(fp, &[1, 2, 3], 0.025)],
+            minibatches: vec![pairs(fp, &[1, 2, 3], 0.025)],
         })
         .await
         .expect("dotprod beside the unread streams");
@@ -417,7 +421,12 @@ async fn health_says_not_serving_while_the_compute_threads_do_not_answer() {
             let mut c = c.clone();
             let mut b = pairs(fp, &big, 0.025);
             b.seed = 5000 + k;
-            tokio::spawn(async move { c.dotprod(DotprodRequest { batches: vec![b] }).await })
+            tokio::spawn(async move {
+                c.dotprod(DotprodRequest {
+                    minibatches: vec![b],
+                })
+                .await
+            })
         })
         .collect();
     let mut seen = Vec::new();
