@@ -5,7 +5,10 @@
 //! the minibatch semantics of the paper (Fig. 6, section 5.1: all vectors of a
 //! minibatch are read at its start and its deltas applied at its end). It shares
 //! with the system only what the system's components must agree on bit for bit
-//! by design (vocabulary order, seed derivation, the alias sampler, row init);
+//! by design (vocabulary order, seed derivation, the negative distribution
+//! and how a call's systematic sample is dealt to its examples (its
+//! definition, `word_at` and `Deal::example_of`; the shard walks and deals
+//! incrementally), row init);
 //! the windowing, subsampling, minibatch grouping, learning-rate schedule and
 //! the gradient are its own. In deterministic mode (one minibatch in flight) the
 //! distributed run must match it to float tolerance: 1 shard through the tonic
@@ -33,7 +36,7 @@ use crate::common::{
 use colonnade_common::corpus::SentenceReader;
 use colonnade_common::init::init_input_row;
 use colonnade_common::model::Objective;
-use colonnade_common::sampler::AliasSampler;
+use colonnade_common::sampler::{Deal, NegativeSampler};
 use colonnade_common::seeds::{derive, Purpose};
 use colonnade_common::vocab::Vocab;
 use colonnade_ps_shard::plan::ROW_STEP_CAP;
@@ -81,16 +84,14 @@ fn cbow_dots(
     v: &[f32],
     batch: &Pending,
     alpha: f32,
-    sampler: &AliasSampler,
-    negative: usize,
-    neg_rng: &mut ChaCha8Rng,
+    negatives: &[Vec<u32>],
     du: &mut [f32],
     dv: &mut [f32],
     k_u: &mut [usize],
     k_v: &mut [usize],
 ) {
     let d = DIM as usize;
-    for (center, contexts) in &batch.items {
+    for ((center, contexts), negs) in batch.items.iter().zip(negatives) {
         let mut h = vec![0.0f64; d];
         for &c in contexts {
             for (a, x) in h.iter_mut().zip(&u[c as usize * d..(c as usize + 1) * d]) {
@@ -98,8 +99,6 @@ fn cbow_dots(
             }
         }
         h.iter_mut().for_each(|a| *a /= contexts.len() as f64);
-        let mut negs = vec![0u32; negative];
-        sampler.negatives(neg_rng, *center, &mut negs);
         let mut dh = vec![0.0f32; d];
         let targets =
             std::iter::once((*center as usize, 1.0)).chain(negs.iter().map(|&x| (x as usize, 0.0)));
@@ -110,6 +109,12 @@ fn cbow_dots(
             }
             let f: f64 = (0..d).map(|i| h[i] * f64::from(v[x * d + i])).sum();
             let g = alpha * half::f16::from_f64(label - sigmoid(f)).to_f32();
+            // A negative equal to the positive carries no update.
+            let g = if label == 0.0 && x == *center as usize {
+                0.0
+            } else {
+                g
+            };
             for i in 0..d {
                 dh[i] += g * v[x * d + i];
                 dv[x * d + i] += g * h[i] as f32;
@@ -140,7 +145,7 @@ fn reference_train(
     for w in 0..n_words {
         init_input_row(p.seed, DIM, w as u64, 0, &mut model.u[w * d..(w + 1) * d]);
     }
-    let sampler = AliasSampler::new(vocab.counts(), 0.75).expect("sampler");
+    let sampler = NegativeSampler::new(vocab.counts(), 0.75).expect("sampler");
     let total: u64 = vocab.counts().iter().sum();
     // word2vec: keep with probability (sqrt(c/(s·T)) + 1)·(s·T)/c.
     let keep: Vec<f64> = vocab
@@ -221,19 +226,41 @@ fn reference_train(
     model
 }
 
+/// Every example's negatives (in band order): the minibatch's systematic
+/// sample of `examples × negative` points, each the word at its point,
+/// point i going to the example its deal gives it (the definitions, not the
+/// shard's incremental walk).
+fn deal_negatives(batch: &Pending, sampler: &NegativeSampler, negative: usize) -> Vec<Vec<u32>> {
+    let examples: usize = if batch.cbow {
+        batch.items.len()
+    } else {
+        batch.items.iter().map(|(_, o)| o.len()).sum()
+    };
+    let n = (examples * negative) as u128;
+    let total = sampler.total();
+    let deal = Deal::new(batch.seed, examples as u64, negative as u32, total);
+    let mut negatives = vec![Vec::with_capacity(negative); examples];
+    for i in 0..n {
+        let x = ((i * u128::from(total) + u128::from(deal.offset)) / n) as u64;
+        let e = deal.example_of(i as u64, examples as u64);
+        negatives[e as usize].push(sampler.word_at(x));
+    }
+    negatives
+}
+
 /// One minibatch: every dot product from the start-of-minibatch vectors, the
 /// gradient α(label − σ(f)) applied to u(w_I) and v(x) at the end.
 fn sgd_step(
     model: &mut Reference,
     batch: &Pending,
     alpha: f32,
-    sampler: &AliasSampler,
+    sampler: &NegativeSampler,
     negative: usize,
     cap: bool,
 ) {
     let d = DIM as usize;
     let (u, v) = (&mut model.u, &mut model.v);
-    let mut neg_rng = ChaCha8Rng::seed_from_u64(batch.seed);
+    let negatives = deal_negatives(batch, sampler, negative);
     let mut du = vec![0.0f32; u.len()];
     let mut dv = vec![0.0f32; v.len()];
     // How many dot products each input and each output row takes part in.
@@ -244,24 +271,14 @@ fn sgd_step(
     let cap = cap.then_some((widest * (negative + 1)).max(ROW_STEP_CAP as usize));
     if batch.cbow {
         cbow_dots(
-            u,
-            v,
-            batch,
-            alpha,
-            sampler,
-            negative,
-            &mut neg_rng,
-            &mut du,
-            &mut dv,
-            &mut k_u,
-            &mut k_v,
+            u, v, batch, alpha, &negatives, &mut du, &mut dv, &mut k_u, &mut k_v,
         );
     }
-    for (w_in, outputs) in batch.items.iter().filter(|_| !batch.cbow) {
-        let w_in = *w_in as usize;
-        for &w_out in outputs {
-            let mut negs = vec![0u32; negative];
-            sampler.negatives(&mut neg_rng, w_out, &mut negs);
+    let pairs = batch.items.iter().filter(|_| !batch.cbow);
+    let pairs = pairs.flat_map(|(w_in, outputs)| outputs.iter().map(move |&o| (*w_in, o)));
+    for ((w_in, w_out), negs) in pairs.zip(&negatives) {
+        let w_in = w_in as usize;
+        {
             let targets = std::iter::once((w_out as usize, 1.0))
                 .chain(negs.iter().map(|&x| (x as usize, 0.0)));
             for (x, label) in targets {
@@ -273,7 +290,9 @@ fn sgd_step(
                 // The weight travels as a half float of G ÷ α (a wire rule
                 // both sides share, like the step cap).
                 let scaled = half::f16::from_f64(label - sigmoid(f)).to_f32();
-                let g = alpha * scaled;
+                // A negative equal to the positive carries no update.
+                let skip = label == 0.0 && x == w_out as usize;
+                let g = if skip { 0.0 } else { alpha * scaled };
                 for c in 0..d {
                     du[w_in * d + c] += g * v[x * d + c];
                     dv[x * d + c] += g * u[w_in * d + c];

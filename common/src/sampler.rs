@@ -1,24 +1,33 @@
-//! Negative sampling from the unigram distribution raised to a power (word2vec:
-//! count^0.75), by Walker's alias method: O(1) per draw, for vocabularies far
-//! beyond word2vec's 1e8-entry table.
+//! Negative sampling from the unigram distribution raised to a power
+//! (word2vec: count^0.75), the way every shard, client and reference draws
+//! a call's negatives.
 //!
-//! From a million words on, the table's buckets are *runs* of consecutive
-//! word ids with the same count, when that is smaller: a vocabulary in count
-//! order (as `colonnade vocab` writes it) has few distinct counts (its long
-//! tail is runs of words seen once, twice, ...; docs/benchmarks-history.md,
-//! "A shard process at 20M, and the sampler over runs of equal counts"), so
-//! the table stays in the caches whatever V is, and a draw picks a run by
-//! alias, then a word of the run uniformly by a second value of the stream,
-//! with no cache or TLB miss. Otherwise (fewer words, or counts in no
-//! order) each bucket is one word: 8 bytes a word; at millions of words a
-//! draw's bucket is then a miss, which [`AliasSampler::targets`] prefetches.
+//! The distribution is integer weights over *runs* of consecutive word ids
+//! with one count ([`NegativeSampler`]): a vocabulary in count order (as
+//! `colonnade vocab` writes it) has few distinct counts, so the table is a
+//! few thousand entries at any V and stays in the caches. A word's weight is
+//! ⌊(c / c_max)^power · 2³²⌋, at least 1 for a positive count, and T is
+//! their sum.
 //!
-//! Shards build the table from the counts the client sends and draw from the
-//! minibatch's ChaCha8 stream; construction is plain sequential f64 arithmetic
-//! and draws use integer arithmetic only, so every shard and every reference
-//! draws the same negatives.
+//! A call's N negatives are a *systematic sample* of that distribution: the
+//! points ⌊(i·T + r) / N⌋ for i = 0..N, evenly spaced from one random offset
+//! r, each the word whose weight interval holds it ([`NegativeSampler::walk`]).
+//! Every word is drawn its expected number of times N·p(w), rounded up or
+//! down, and the points ascend, so the words come out in ascending id order:
+//! a shard groups a call's dot products by output row without sorting its
+//! negatives. The sample is then *dealt* to the call's E examples
+//! ([`Deal`]): the points form `negative` bands of E (band k holds the
+//! quantiles [k/n, (k+1)/n) of the distribution's mass), and band k gives
+//! its j-th point to example (g_k·j + h_k) mod E, a permutation keyed by
+//! the call's seed. Each example thus gets one negative from each band: its
+//! negatives are drawn from count^power (each band's share of it) as the
+//! iid draws of word2vec are, but never all from the head or all from the
+//! tail.
+//!
+//! Everything is integer arithmetic from the counts (plus one `powf` per
+//! distinct count), so every shard draws the same negatives.
 
-use crate::kernels::prefetch;
+use crate::seeds;
 use rand::RngCore;
 
 #[derive(Debug, thiserror::Error)]
@@ -29,71 +38,62 @@ pub enum SamplerError {
     TooLarge(usize),
 }
 
-/// Alias table over word ids `0..len`, its buckets single words or runs of
-/// equal counts (see the module doc).
+/// A run of words `start..start + len` of one count: each weighs `weight`,
+/// and the run covers the points `cum..end` (`end = cum + len · weight`).
+#[derive(Clone, Copy, Debug)]
+struct Run {
+    start: u32,
+    len: u32,
+    weight: u64,
+    cum: u64,
+    end: u64,
+}
+
+/// The unigram^power distribution over word ids `0..len`, as integer
+/// weights over runs of equal counts (see the module doc).
 #[derive(Clone, Debug)]
-pub struct AliasSampler {
-    /// Per bucket i: (probability of keeping i scaled to 2^32, u32::MAX
-    /// meaning always; the bucket drawn otherwise), side by side so that a
-    /// draw touches one cache line (two separate arrays would cost two
-    /// misses per draw, and drawing the targets waits on those loads).
-    buckets: Box<[(u32, u32)]>,
-    /// Runs: bucket k is the words `starts[k]..starts[k + 1]`, all of one
-    /// count (`buckets.len() + 1` entries, the last the word count). Empty:
-    /// bucket k is word k.
-    starts: Box<[u32]>,
-    /// Words in all.
+pub struct NegativeSampler {
+    runs: Box<[Run]>,
+    total: u64,
     words: u32,
 }
 
-impl AliasSampler {
-    /// Builds the table for weights count^power: over runs of equal counts
-    /// ([`Self::over_runs`]) from [`RUNS_FROM_WORDS`] words on, when that
-    /// table is smaller than one bucket per word; else a bucket per word.
-    /// Below, a table per word fits the caches, and a draw over runs costs
-    /// more (a second value of the stream).
+impl NegativeSampler {
+    /// The distribution count^`power` of `counts` (word id order).
     pub fn new(counts: &[u64], power: f64) -> Result<Self, SamplerError> {
-        let runs = counts.chunk_by(|a, b| a == b).count();
-        Self::build(
-            counts,
-            power,
-            counts.len() >= RUNS_FROM_WORDS && runs * 12 + 4 <= counts.len() * 8,
-        )
-    }
-
-    /// [`Self::new`]'s table over runs of equal counts, whatever V and the
-    /// number of runs (12 bytes a run).
-    pub fn over_runs(counts: &[u64], power: f64) -> Result<Self, SamplerError> {
-        Self::build(counts, power, true)
-    }
-
-    fn build(counts: &[u64], power: f64, over_runs: bool) -> Result<Self, SamplerError> {
-        let n = counts.len();
-        let Ok(words) = u32::try_from(n) else {
-            return Err(SamplerError::TooLarge(n));
+        let Ok(words) = u32::try_from(counts.len()) else {
+            return Err(SamplerError::TooLarge(counts.len()));
         };
         let positive = counts.iter().filter(|&&c| c > 0).count();
         if positive < 2 {
             return Err(SamplerError::TooFewWords(positive));
         }
-        let weight = |c: u64| (c as f64).powf(power);
-        let (weights, starts) = if over_runs {
-            // A run's weight: its count's, times its words.
-            let (mut weights, mut starts) = (Vec::new(), Vec::new());
-            let mut start = 0;
-            for run in counts.chunk_by(|a, b| a == b) {
-                weights.push(weight(run[0]) * run.len() as f64);
-                starts.push(start);
-                start += run.len() as u32;
+        let max = counts.iter().copied().max().unwrap_or(1) as f64;
+        let mut runs = Vec::new();
+        let (mut start, mut cum) = (0u32, 0u64);
+        for run in counts.chunk_by(|a, b| a == b) {
+            let c = run[0];
+            let weight = if c == 0 {
+                0
+            } else {
+                (((c as f64 / max).powf(power) * 4_294_967_296.0) as u64).max(1)
+            };
+            let len = run.len() as u32;
+            let end = cum + weight * u64::from(len);
+            if weight > 0 {
+                runs.push(Run {
+                    start,
+                    len,
+                    weight,
+                    cum,
+                    end,
+                });
             }
-            starts.push(words);
-            (weights, starts)
-        } else {
-            (counts.iter().map(|&c| weight(c)).collect(), Vec::new())
-        };
+            (start, cum) = (start + len, end);
+        }
         Ok(Self {
-            buckets: alias_table(&weights),
-            starts: starts.into(),
+            runs: runs.into(),
+            total: cum,
             words,
         })
     }
@@ -106,319 +106,239 @@ impl AliasSampler {
         self.words == 0
     }
 
-    /// Runs of equal counts the table is over, or `None` when each bucket
-    /// is one word.
-    pub fn runs(&self) -> Option<usize> {
-        (!self.starts.is_empty()).then_some(self.buckets.len())
+    /// T, the sum of the words' weights.
+    pub fn total(&self) -> u64 {
+        self.total
+    }
+
+    /// Runs of equal counts in the table.
+    pub fn runs(&self) -> usize {
+        self.runs.len()
     }
 
     /// Memory held by the table.
     pub fn memory_bytes(&self) -> usize {
-        self.buckets.len() * 8 + self.starts.len() * 4
+        self.runs.len() * size_of::<Run>()
     }
 
-    /// One draw from the distribution.
-    #[inline]
-    pub fn sample<R: RngCore>(&self, rng: &mut R) -> u32 {
-        self.resolve(|| rng.next_u64())
-    }
-
-    /// The bucket a 64-bit draw `r` falls in (its high half).
-    #[inline(always)]
-    fn bucket(&self, r: u64) -> usize {
-        (((r >> 32) * self.buckets.len() as u64) >> 32) as usize
-    }
-
-    /// The word of one draw from `draw`: its first value's bucket, or the
-    /// bucket's alias when the low half is at or above the bucket's
-    /// threshold; over runs, then a word of the run, by the full 64 bits of
-    /// a second value.
-    #[inline(always)]
-    fn resolve(&self, mut draw: impl FnMut() -> u64) -> u32 {
-        let r = draw();
-        let bucket = self.bucket(r);
-        let (threshold, alias) = self.buckets[bucket];
-        let k = if (r as u32) < threshold || threshold == u32::MAX {
-            bucket as u32
-        } else {
-            alias
-        };
-        if self.starts.is_empty() {
-            return k;
+    /// The probability of word `w`: its weight over T.
+    pub fn probability(&self, w: u32) -> f64 {
+        let i = self.runs.partition_point(|r| r.start + r.len <= w);
+        match self.runs.get(i) {
+            Some(r) if r.start <= w => r.weight as f64 / self.total as f64,
+            _ => 0.0,
         }
-        // Always the second value, also for a run of one word (it then
-        // adds 0): a branch on the run's length mispredicts, and costs
-        // more than the second value it would save.
-        let (start, end) = (self.starts[k as usize], self.starts[k as usize + 1]);
-        start + ((u128::from(draw()) * u128::from(end - start)) >> 64) as u32
     }
 
-    /// Fills `out` with negatives, none equal to `positive` (paper Fig. 5 line 7).
+    /// The word whose weight interval holds point `x` (< T), by binary
+    /// search: what [`Self::walk`] yields for that point.
+    pub fn word_at(&self, x: u64) -> u32 {
+        let i = self.runs.partition_point(|r| r.end <= x);
+        let r = &self.runs[i.min(self.runs.len() - 1)];
+        r.start + ((x.saturating_sub(r.cum)) / r.weight).min(u64::from(r.len) - 1) as u32
+    }
+
+    /// The words at the `n` points ⌊(i·T + r) / n⌋, i = 0..n, in ascending
+    /// order; `r` is in [0, T) (see [`Deal::offset`]).
+    pub fn walk(&self, n: u64, r: u64) -> Walk<'_> {
+        let n = n.max(1);
+        Walk {
+            runs: &self.runs,
+            run: 0,
+            x: r / n,
+            rem: r % n,
+            step: self.total / n,
+            step_rem: self.total % n,
+            n,
+            left: n,
+        }
+    }
+}
+
+/// The words of a systematic sample, in ascending order (see
+/// [`NegativeSampler::walk`]): the point advances by T/n (its remainder
+/// carried), and the run holding it is found from the previous one,
+/// galloping over runs the step jumps.
+pub struct Walk<'a> {
+    runs: &'a [Run],
+    run: usize,
+    /// The current point, and the remainder of (i·T + r) mod n.
+    x: u64,
+    rem: u64,
+    step: u64,
+    step_rem: u64,
+    n: u64,
+    /// Points not yet yielded.
+    left: u64,
+}
+
+impl Iterator for Walk<'_> {
+    type Item = u32;
+
     #[inline]
-    pub fn negatives<R: RngCore>(&self, rng: &mut R, positive: u32, out: &mut [u32]) {
-        self.negatives_from(|| rng.next_u64(), positive, out);
-    }
-
-    /// [`Self::negatives`] from a stream of 64-bit draws.
-    #[inline(always)]
-    fn negatives_from(&self, mut draw: impl FnMut() -> u64, positive: u32, out: &mut [u32]) {
-        for slot in out {
-            let mut w = self.resolve(&mut draw);
-            let mut tries = 0;
-            while w == positive {
-                tries += 1;
-                if tries == 64 {
-                    // A distribution dominated by one word: take its neighbour.
-                    w = (positive + 1) % self.words;
-                    break;
-                }
-                w = self.resolve(&mut draw);
+    fn next(&mut self) -> Option<u32> {
+        if self.left == 0 {
+            return None;
+        }
+        self.left -= 1;
+        let x = self.x;
+        if self.runs[self.run].end <= x {
+            // Gallop to a run ending past x, then search back.
+            let mut hi = 1;
+            while self.run + hi < self.runs.len() && self.runs[self.run + hi].end <= x {
+                hi *= 2;
             }
-            *slot = w;
+            let lo = self.run + hi / 2;
+            let hi = (self.run + hi).min(self.runs.len() - 1);
+            self.run = lo + self.runs[lo..hi].partition_point(|r| r.end <= x);
         }
-    }
-
-    /// Appends, per word of `positives`, the word then `negative` negatives
-    /// drawn by [`Self::negatives`] from `rng`, in turn. With a bucket per
-    /// word, each draw's bucket is prefetched [`DRAW_AHEAD`] draws before it
-    /// is read: at millions of words that table is far larger than the
-    /// caches, and each bucket read is a cache (and TLB) miss that the draw
-    /// would wait for; `rng` is then read `DRAW_AHEAD` values past the last
-    /// one used, and must not be drawn from afterwards. (A table over runs
-    /// is small and needs no prefetch.)
-    pub fn targets<R: RngCore>(
-        &self,
-        rng: &mut R,
-        positives: &[u32],
-        negative: usize,
-        out: &mut Vec<u32>,
-    ) {
-        out.reserve(positives.len() * (negative + 1));
-        if !self.starts.is_empty() {
-            return self.each_target(|| rng.next_u64(), positives, negative, out);
-        }
-        let mut ahead = [0u64; DRAW_AHEAD];
-        for slot in &mut ahead {
-            *slot = rng.next_u64();
-            prefetch(&self.buckets[self.bucket(*slot)]);
-        }
-        let mut next = 0;
-        let draw = || {
-            let r = ahead[next];
-            let fresh = rng.next_u64();
-            prefetch(&self.buckets[self.bucket(fresh)]);
-            ahead[next] = fresh;
-            next = (next + 1) % DRAW_AHEAD;
-            r
-        };
-        self.each_target(draw, positives, negative, out);
-    }
-
-    /// [`Self::targets`]' words from the stream `draw`.
-    #[inline(always)]
-    fn each_target(
-        &self,
-        mut draw: impl FnMut() -> u64,
-        positives: &[u32],
-        negative: usize,
-        out: &mut Vec<u32>,
-    ) {
-        for &w_out in positives {
-            out.push(w_out);
-            let start = out.len();
-            out.resize(start + negative, 0);
-            self.negatives_from(&mut draw, w_out, &mut out[start..]);
-        }
-    }
-}
-
-/// Walker's alias table (Vose's construction) for `weights` (not all zero):
-/// per bucket, (threshold scaled to 2^32, u32::MAX meaning always; alias).
-fn alias_table(weights: &[f64]) -> Box<[(u32, u32)]> {
-    let n = weights.len();
-    let total: f64 = weights.iter().sum();
-    let mut scaled: Vec<f64> = weights.iter().map(|w| w * n as f64 / total).collect();
-    let mut alias: Vec<u32> = (0..n as u32).collect();
-    let mut small = Vec::new();
-    let mut large = Vec::new();
-    for (i, &p) in scaled.iter().enumerate() {
-        if p < 1.0 {
-            small.push(i as u32);
+        let r = &self.runs[self.run];
+        let word = if r.len == 1 {
+            r.start
         } else {
-            large.push(i as u32);
+            r.start + ((x - r.cum) / r.weight) as u32
+        };
+        self.rem += self.step_rem;
+        self.x += self.step + u64::from(self.rem >= self.n);
+        if self.rem >= self.n {
+            self.rem -= self.n;
         }
+        Some(word)
     }
-    while let (Some(&s), Some(&l)) = (small.last(), large.last()) {
-        small.pop();
-        alias[s as usize] = l;
-        scaled[l as usize] = (scaled[l as usize] + scaled[s as usize]) - 1.0;
-        if scaled[l as usize] < 1.0 {
-            large.pop();
-            small.push(l);
-        }
-    }
-    // Whatever remains is 1 up to rounding: always keep it.
-    for i in small.into_iter().chain(large) {
-        scaled[i as usize] = 1.0;
-    }
-    scaled
-        .iter()
-        .zip(alias)
-        .map(|(&p, alias)| {
-            let threshold = if p >= 1.0 {
-                u32::MAX
-            } else {
-                (p * 4_294_967_296.0) as u32
-            };
-            (threshold, alias)
-        })
-        .collect()
 }
 
-/// Vocabularies from which [`AliasSampler::new`] builds its table over runs
-/// (a table per word of 8 MiB, beyond a core's L2 cache).
-pub const RUNS_FROM_WORDS: usize = 1 << 20;
+/// How a call's sorted negatives are dealt to its examples (see the module
+/// doc): the sample's offset, and per band its permutation of the examples.
+#[derive(Clone, Debug, Default)]
+pub struct Deal {
+    /// The systematic sample's offset r, in [0, T).
+    pub offset: u64,
+    /// Per band k: (g_k, h_k), band k's point j going to example
+    /// (g_k·j + h_k) mod E, with g_k coprime to E.
+    pub bands: Vec<(u64, u64)>,
+}
 
-/// How many draws ahead [`AliasSampler::targets`] prefetches buckets.
-const DRAW_AHEAD: usize = 16;
+impl Deal {
+    /// The deal of a call with seed `seed` (its first minibatch's), `examples`
+    /// examples and `negative` negatives each, over a distribution of total
+    /// weight `total`, drawn from the call's ChaCha8 stream.
+    pub fn new(seed: u64, examples: u64, negative: u32, total: u64) -> Self {
+        let mut rng = seeds::rng(seed);
+        let offset = ((u128::from(rng.next_u64()) * u128::from(total)) >> 64) as u64;
+        let e = examples.max(1);
+        let bands = (0..negative)
+            .map(|_| {
+                let mut g = 1 + ((u128::from(rng.next_u64()) * u128::from(e - 1)) >> 64) as u64;
+                while gcd(g, e) != 1 {
+                    g = g % (e - 1).max(1) + 1;
+                }
+                let h = ((u128::from(rng.next_u64()) * u128::from(e)) >> 64) as u64;
+                (g % e, h)
+            })
+            .collect();
+        Self { offset, bands }
+    }
+
+    /// The example that point `i` of the sample goes to (`examples` E):
+    /// band i / E's permutation of i mod E. The shard's plan finds the same
+    /// examples incrementally; this is the definition.
+    pub fn example_of(&self, i: u64, examples: u64) -> u64 {
+        let (k, j) = ((i / examples) as usize, i % examples);
+        let (g, h) = self.bands[k];
+        ((u128::from(g) * u128::from(j) + u128::from(h)) % u128::from(examples)) as u64
+    }
+}
+
+fn gcd(mut a: u64, mut b: u64) -> u64 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::seeds::rng;
 
-    /// Draws `draws` words and checks each word's share against
-    /// count^0.75 / Σ within 5 standard deviations; zero counts never drawn.
-    fn check_frequencies(s: &AliasSampler, counts: &[u64], draws: u64) {
-        let mut r = rng(42);
+    /// The sample's words against `counts`: each word drawn ⌊N·p⌋ or ⌈N·p⌉
+    /// times, words in ascending order, zero counts never drawn.
+    fn check_sample(counts: &[u64], n: u64, seed: u64) {
+        let s = NegativeSampler::new(counts, 0.75).expect("valid counts");
+        let r = Deal::new(seed, n, 1, s.total()).offset;
+        let words: Vec<u32> = s.walk(n, r).collect();
+        assert_eq!(words.len() as u64, n);
+        assert!(words.windows(2).all(|w| w[0] <= w[1]), "ascending");
         let mut hist = vec![0u64; counts.len()];
-        for _ in 0..draws {
-            hist[s.sample(&mut r) as usize] += 1;
+        for &w in &words {
+            hist[w as usize] += 1;
         }
-        let total: f64 = counts.iter().map(|&c| (c as f64).powf(0.75)).sum();
         for (i, &c) in counts.iter().enumerate() {
-            let p = (c as f64).powf(0.75) / total;
-            let expected = p * draws as f64;
-            let sd = (draws as f64 * p * (1.0 - p)).sqrt().max(1.0);
+            let expected = n as f64 * s.probability(i as u32);
             let got = hist[i] as f64;
             assert!(
-                (got - expected).abs() < 5.0 * sd,
-                "word {i}: {got} draws, expected {expected:.0} ± {sd:.0}"
+                got >= expected.floor() - 1.0 && got <= expected.ceil() + 1.0,
+                "word {i} (count {c}): {got} points, expected {expected:.2}"
             );
             if c == 0 {
-                assert_eq!(hist[i], 0, "word {i}: a zero count is never drawn");
+                assert_eq!(hist[i], 0);
             }
+        }
+        for (i, &w) in words.iter().enumerate() {
+            // The walk's incremental point is the definition's.
+            let x = ((u128::from(i as u64) * u128::from(s.total()) + u128::from(r)) / u128::from(n))
+                as u64;
+            assert_eq!(w, s.word_at(x), "point {i}");
         }
     }
 
     #[test]
-    fn frequencies_follow_count_power() {
-        // Every count different: a bucket per word.
-        let counts = [1000u64, 500, 100, 10, 1, 0, 7];
-        let s = AliasSampler::new(&counts, 0.75).expect("valid counts");
-        assert_eq!(s.runs(), None);
-        check_frequencies(&s, &counts, 2_000_000);
-        // Fewer words than RUNS_FROM_WORDS: a bucket per word, runs or not.
-        let ones = [3u64, 1, 1, 1, 1, 1, 1, 1];
-        assert_eq!(AliasSampler::new(&ones, 0.75).expect("valid").runs(), None);
-    }
-
-    #[test]
-    fn frequencies_follow_count_power_over_runs() {
-        // Runs of equal counts (a zero run inside, counts out of order).
-        let counts = [1000u64, 500, 100, 10, 10, 10, 10, 1, 1, 1, 0, 0, 7, 7];
-        let s = AliasSampler::over_runs(&counts, 0.75).expect("valid counts");
-        assert_eq!(s.runs(), Some(7));
-        assert_eq!(s.memory_bytes(), 7 * 8 + 8 * 4);
-        check_frequencies(&s, &counts, 2_000_000);
-        // A long tail of ones behind a Zipf head, as real vocabularies end.
+    fn a_systematic_sample_draws_each_word_its_expected_number_of_times() {
+        check_sample(&[1000, 500, 100, 10, 1, 0, 7], 10_000, 1);
+        check_sample(&[1000, 500, 100, 10, 10, 10, 1, 1, 0, 0, 7, 7], 977, 2);
         let mut zipf: Vec<u64> = (1..=200u64).map(|r| 100_000 / r).collect();
         zipf.resize(3000, 1);
-        let s = AliasSampler::over_runs(&zipf, 0.75).expect("valid counts");
-        assert_eq!(s.runs(), Some(201), "200 distinct head counts and the tail");
-        check_frequencies(&s, &zipf, 4_000_000);
+        check_sample(&zipf, 7_000, 3);
+        check_sample(&zipf, 13, 4);
+        let s = NegativeSampler::new(&zipf, 0.75).expect("valid");
+        assert_eq!(s.runs(), 201, "200 distinct head counts and the tail");
     }
 
     #[test]
-    fn negatives_avoid_the_positive_and_repeat_from_the_seed() {
-        let s = AliasSampler::new(&[100, 1], 0.75).expect("valid counts");
-        let mut out = [0u32; 50];
-        s.negatives(&mut rng(7), 0, &mut out);
-        assert!(out.iter().all(|&w| w == 1));
-        let s = AliasSampler::new(&[5, 4, 3, 2, 1], 0.75).expect("valid counts");
-        let mut a = [0u32; 100];
-        let mut b = [0u32; 100];
-        s.negatives(&mut rng(3), 2, &mut a);
-        s.negatives(&mut rng(3), 2, &mut b);
-        assert_eq!(a, b);
-        assert!(a.iter().all(|&w| w != 2 && w < 5));
-    }
-
-    /// The batch draw (prefetching, with a bucket per word) gives exactly
-    /// the words of the plain one, rejections (positives drawn as their own
-    /// negatives) included, in both layouts.
-    #[test]
-    fn targets_draw_as_negatives_does() {
-        let zipf: Vec<u64> = (1..=5000u64).map(|r| 1_000_000 / r).collect();
-        for (counts, negative) in [
-            (&zipf[..], 5),
-            (&zipf[..], 1),
-            (&[100, 1][..], 3), // every negative of word 0 is a retry
-            (&[1000, 1, 1][..], 15),
-            (&[1000, 1, 1, 1, 1, 1][..], 15),
-        ] {
-            for s in [
-                AliasSampler::new(counts, 0.75).expect("valid counts"),
-                AliasSampler::over_runs(counts, 0.75).expect("valid counts"),
-            ] {
-                let positives: Vec<u32> = (0..300u32)
-                    .map(|i| (i * 7919) % counts.len() as u32)
-                    .collect();
-                let mut want = Vec::new();
-                let mut plain = rng(11);
-                let mut negs = vec![0; negative];
-                for &p in &positives {
-                    s.negatives(&mut plain, p, &mut negs);
-                    want.push(p);
-                    want.extend_from_slice(&negs);
-                }
-                let mut got = vec![42];
-                s.targets(&mut rng(11), &positives, negative, &mut got);
-                assert_eq!(got[0], 42, "appends");
-                assert_eq!(
-                    &got[1..],
-                    &want[..],
-                    "{} words, {negative} negatives, runs {:?}",
-                    counts.len(),
-                    s.runs()
-                );
-            }
+    fn probabilities_follow_count_power() {
+        let counts = [1000u64, 500, 100, 10, 1, 0, 7];
+        let s = NegativeSampler::new(&counts, 0.75).expect("valid");
+        let total: f64 = counts.iter().map(|&c| (c as f64).powf(0.75)).sum();
+        for (i, &c) in counts.iter().enumerate() {
+            let want = (c as f64).powf(0.75) / total;
+            assert!((s.probability(i as u32) - want).abs() < 1e-9, "word {i}");
         }
     }
 
-    /// A million-word vocabulary in count order gets the table over runs;
-    /// the same counts out of order (as many runs as words), a bucket per
-    /// word.
+    /// Every example gets one point of every band, and the bands' points
+    /// go to all the examples.
     #[test]
-    fn large_sorted_vocabularies_get_the_table_over_runs() {
-        let mut counts: Vec<u64> = (1..=1000u64).map(|r| 1_000_000 / r).collect();
-        counts.resize(RUNS_FROM_WORDS, 1);
-        let s = AliasSampler::new(&counts, 0.75).expect("valid counts");
-        assert_eq!(
-            s.runs(),
-            Some(1001),
-            "1000 distinct head counts and the tail"
-        );
-        assert_eq!(s.memory_bytes(), 1001 * 12 + 4);
-        let alternating: Vec<u64> = (0..RUNS_FROM_WORDS as u64).map(|i| 1 + i % 2).collect();
-        let s = AliasSampler::new(&alternating, 0.75).expect("valid counts");
-        assert_eq!(s.runs(), None);
-        assert_eq!(s.memory_bytes(), RUNS_FROM_WORDS * 8);
+    fn a_deal_gives_each_example_one_point_of_each_band() {
+        for (examples, negative) in [(1u64, 5u32), (7, 5), (12, 3), (100, 1), (97, 15)] {
+            let deal = Deal::new(
+                examples * 31 + u64::from(negative),
+                examples,
+                negative,
+                1 << 40,
+            );
+            let mut got = vec![Vec::new(); examples as usize];
+            for i in 0..examples * u64::from(negative) {
+                got[deal.example_of(i, examples) as usize].push(i / examples);
+            }
+            for (e, bands) in got.iter().enumerate() {
+                let want: Vec<u64> = (0..u64::from(negative)).collect();
+                assert_eq!(bands, &want, "example {e} of {examples}");
+            }
+        }
     }
 
     #[test]
     fn rejects_degenerate_vocabularies() {
-        assert!(AliasSampler::new(&[5], 0.75).is_err());
-        assert!(AliasSampler::new(&[5, 0, 0], 0.75).is_err());
+        assert!(NegativeSampler::new(&[5], 0.75).is_err());
+        assert!(NegativeSampler::new(&[5, 0, 0], 0.75).is_err());
     }
 }

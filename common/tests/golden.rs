@@ -5,7 +5,7 @@
 //! here, against literals, instead of silently changing every model.
 
 use colonnade_common::init::init_input_row;
-use colonnade_common::sampler::AliasSampler;
+use colonnade_common::sampler::{Deal, NegativeSampler};
 use colonnade_common::seeds::{derive, rng, Purpose};
 use rand::RngCore;
 
@@ -41,31 +41,23 @@ fn row_initialisation_is_pinned() {
     );
 }
 
+/// A call's negatives: the distribution's total weight, the deal of a
+/// call (its sample's offset and each band's permutation) and the words of
+/// its sample, in a vocabulary with runs of equal counts.
 #[test]
-fn sampler_draws_are_pinned() {
-    let sampler = AliasSampler::new(&[50, 40, 30, 20, 10, 5, 1], 0.75).expect("sampler");
-    let mut r = rng(7);
-    let draws: Vec<u32> = (0..16).map(|_| sampler.sample(&mut r)).collect();
-    let mut negs = [0u32; 8];
-    sampler.negatives(&mut r, 0, &mut negs);
-    assert_eq!(draws, GOLDEN_DRAWS);
-    assert_eq!(negs, GOLDEN_NEGATIVES);
-}
-
-/// The table over runs of equal counts (what a count-ordered vocabulary of
-/// a million words or more gets): each draw takes a second value of the
-/// stream, the word within its run.
-#[test]
-fn sampler_draws_over_runs_are_pinned() {
+fn negative_samples_are_pinned() {
     let sampler =
-        AliasSampler::over_runs(&[50, 40, 40, 20, 20, 20, 5, 1, 1, 1, 1], 0.75).expect("sampler");
-    assert_eq!(sampler.runs(), Some(5));
-    let mut r = rng(7);
-    let draws: Vec<u32> = (0..16).map(|_| sampler.sample(&mut r)).collect();
-    let mut negs = [0u32; 8];
-    sampler.negatives(&mut r, 3, &mut negs);
-    assert_eq!(draws, GOLDEN_RUN_DRAWS);
-    assert_eq!(negs, GOLDEN_RUN_NEGATIVES);
+        NegativeSampler::new(&[50, 40, 40, 20, 20, 20, 5, 1, 1, 1, 1], 0.75).expect("sampler");
+    assert_eq!(sampler.runs(), 5);
+    let deal = Deal::new(7, 4, 4, sampler.total());
+    let words: Vec<u32> = sampler.walk(16, deal.offset).collect();
+    let examples: Vec<u64> = (0..16).map(|i| deal.example_of(i, 4)).collect();
+    assert_eq!(
+        (sampler.total(), deal.offset, &deal.bands[..]),
+        (GOLDEN_TOTAL, GOLDEN_OFFSET, &GOLDEN_BANDS[..])
+    );
+    assert_eq!(words, GOLDEN_WORDS);
+    assert_eq!(examples, GOLDEN_EXAMPLES);
 }
 
 const GOLDEN_DERIVE: [u64; 4] = [
@@ -85,7 +77,8 @@ const GOLDEN_INIT: [u32; 9] = [
     3142700431, 1007369642, 3132511058, 1003567700, 3156417929, 3142080517, 3123827364, 1003588193,
     1008040578,
 ];
-const GOLDEN_DRAWS: [u32; 16] = [1, 1, 4, 5, 4, 1, 0, 5, 2, 2, 1, 1, 3, 0, 2, 3];
-const GOLDEN_NEGATIVES: [u32; 8] = [1, 1, 1, 3, 5, 3, 2, 1];
-const GOLDEN_RUN_DRAWS: [u32; 16] = [0, 2, 6, 0, 2, 1, 3, 4, 1, 1, 5, 0, 1, 7, 0, 6];
-const GOLDEN_RUN_NEGATIVES: [u32; 8] = [1, 4, 1, 1, 5, 5, 1, 5];
+const GOLDEN_TOTAL: u64 = 19719371300;
+const GOLDEN_OFFSET: u64 = 3111639826;
+const GOLDEN_BANDS: [(u64, u64); 4] = [(1, 2), (3, 2), (3, 0), (3, 1)];
+const GOLDEN_WORDS: [u32; 16] = [0, 0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 4, 4, 5, 5, 6];
+const GOLDEN_EXAMPLES: [u64; 16] = [2, 3, 0, 1, 2, 1, 0, 3, 0, 3, 2, 1, 1, 0, 3, 2];

@@ -9,7 +9,7 @@ use crate::loops::{adjust_loop, dotprod_loop, Contexts, Steps, Work};
 use crate::plan::Plan;
 use colonnade_common::init::init_input_row;
 use colonnade_common::model::{Matrix, ShardSpec};
-use colonnade_common::sampler::AliasSampler;
+use colonnade_common::sampler::NegativeSampler;
 use colonnade_proto::domain::invalid_argument as invalid;
 use colonnade_proto::{validate_spec, Minibatch, ShardError};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -28,7 +28,7 @@ pub struct Model {
     pub fingerprint: u64,
     pub(crate) u: HogwildMatrix,
     pub(crate) v: HogwildMatrix,
-    sampler: AliasSampler,
+    sampler: NegativeSampler,
     /// The word counts the sampler was built from (kept to rebuild the
     /// initial state, and to write them next to checkpoints).
     pub counts: Arc<[u64]>,
@@ -134,7 +134,7 @@ impl Model {
                 spec.model.vocab_size
             )));
         }
-        let sampler = AliasSampler::new(&counts, f64::from(spec.model.sampling_power))
+        let sampler = NegativeSampler::new(&counts, f64::from(spec.model.sampling_power))
             .map_err(|e| invalid(format!("field `counts`: {e}")))?;
         // The sampler's work arrays are freed: out of the RSS before the
         // matrices come in.

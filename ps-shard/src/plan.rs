@@ -1,12 +1,11 @@
 //! The plan of one call on a model ([`Plan`]): the output-side word of
-//! every dot product of its minibatches (negatives drawn from each
-//! minibatch's seed), grouped by output row so the loops visit each row
+//! every dot product of its minibatches (negatives from the call's
+//! systematic sample), grouped by output row so the loops visit each row
 //! once, the wire order its dot products and weights travel in, and the
 //! step scales of the row step cap ([`row_step_cap`]).
 
 use colonnade_common::model::Objective;
-use colonnade_common::sampler::AliasSampler;
-use colonnade_common::seeds;
+use colonnade_common::sampler::{Deal, NegativeSampler};
 use colonnade_proto::Minibatch;
 
 /// The least number of deferred gradient steps a row may take from one
@@ -88,22 +87,25 @@ pub(crate) fn sort_by_row(keys: &mut Vec<u64>, tmp: &mut Vec<u64>) {
 }
 
 /// The plan of one call on a model: its minibatches (all of one model)
-/// together, one deferred update. It holds the output-side word of every
-/// dot product (per example its positive word, then `negative` negatives
-/// drawn from its minibatch's seed: request order) and the same dot
-/// products grouped by output row, in ascending row order (ties in request
-/// order), so that the loops visit and lock each distinct output row once
-/// per call however often it occurs (the negatives repeat the frequent words
-/// many times, and more so over several minibatches). An example is a
-/// skip-gram pair (its positive: the context word) or a CBOW input position
-/// (its positive: the position's own word).
+/// together, one deferred update. Every example (a skip-gram pair: its
+/// positive is the context word; a CBOW input position: its position's own
+/// word) has 1 + `negative` dot products: its positive, and `negative`
+/// negatives dealt to it from the call's systematic sample
+/// (`colonnade_common::sampler`), drawn from the seed of the call's first
+/// minibatch. The plan groups the dot products by output row, in ascending
+/// row order (a row's positives first, in example order, then its
+/// negatives), so that the loops visit and lock each distinct output row
+/// once per call however often it occurs; the negatives come out of the
+/// sample already sorted, and only the positives are sorted here.
 ///
-/// The dot products and weights of a call travel in its *wire order*,
-/// which every shard of the model computes alike: first each example's
-/// positive, in request order, then every negative in the order of the
-/// plan (ascending output row). A dot product's wire index says where its
-/// value and weight are; the negatives, nine in ten at window 5 and
-/// negative 5, are then read and written in sequence by the loops.
+/// The dot products and weights of a call travel in its *wire order*, which
+/// every shard of the model computes alike: first each example's positive,
+/// in request order, then every negative in the order of the sample
+/// (ascending output row). A dot product's wire index says where its value
+/// and weight are; the negatives, five in six at negative 5, are then read
+/// and written in sequence by the loops. A negative equal to its example's
+/// positive word is computed but carries no update (its α in the plan is
+/// 0), as word2vec skips it.
 #[derive(Default)]
 pub struct Plan {
     pub(crate) fingerprint: u64,
@@ -111,6 +113,8 @@ pub struct Plan {
     pub(crate) seed: u64,
     pub(crate) minibatches: usize,
     pub(crate) objective: Objective,
+    /// Dot products per example: 1 + negative.
+    per_pair: usize,
     /// The call's input positions, concatenated over its minibatches: each
     /// one's word, its count of context words and (CBOW) its context words.
     pub(crate) inputs: Vec<u32>,
@@ -119,23 +123,19 @@ pub struct Plan {
     /// Per minibatch: its seed, its input positions and its outputs (for
     /// [`Plan::fit`]).
     parts: Vec<(u64, u32, u32)>,
-    /// The output-side word of every dot product, request order.
-    pub(crate) ids: Vec<u32>,
-    /// Examples in the call.
-    pub(crate) examples: usize,
-    /// Per dot product (request order): its input position, and its example
-    /// when it is a positive (`u32::MAX` for a negative).
-    dot_info: Vec<(u32, u32)>,
-    /// Sort keys: output row << 32 | dot-product index, and the radix
-    /// sort's second buffer.
+    /// Per example: its positive word and its input position.
+    positives: Vec<u32>,
+    example_position: Vec<u32>,
+    /// The positives' sort keys: row << 32 | example, and the radix sort's
+    /// second buffer.
     keys: Vec<u64>,
     keys_tmp: Vec<u64>,
-    /// The dot products sorted by output row (ties in request order), each
-    /// as (wire index, input position).
+    /// The dot products sorted by output row, each as (wire index, input
+    /// position).
     pub(crate) plan: Vec<(u32, u32)>,
     /// Runs of `plan` sharing one output row: (row, end of the run in `plan`).
     pub(crate) groups: Vec<(u32, u32)>,
-    /// The call's [`row_step_cap`] (the largest of its minibatches').
+    /// The call's [`row_step_cap`].
     pub(crate) cap: u64,
     /// Input positions sorted by word: word << 32 | position.
     input_keys: Vec<u64>,
@@ -145,14 +145,15 @@ pub struct Plan {
     pub(crate) input_scale: Vec<f32>,
     /// Per input position: the learning rate of its minibatch.
     pub(crate) position_alpha: Vec<f32>,
-    /// Per wire index: the learning rate of its dot product's minibatch.
+    /// Per wire index: the learning rate its dot product's update takes (its
+    /// minibatch's; 0 for a negative equal to its positive).
     pub(crate) alphas: Vec<f32>,
 }
 
 impl Plan {
     /// The positive word of each example of `mb`: skip-gram, the context
     /// words; CBOW, the input positions' own words.
-    fn positives(mb: &Minibatch) -> &[u32] {
+    fn positives_of(mb: &Minibatch) -> &[u32] {
         if mb.objective.is_cbow() {
             &mb.inputs
         } else {
@@ -160,99 +161,60 @@ impl Plan {
         }
     }
 
-    /// Draws the targets of the call `mbs` (validated, all of one
-    /// objective) for model `fingerprint`: per example, its positive word,
-    /// then `negative` negatives drawn from its minibatch's seed (paper
-    /// Fig. 5 line 7), and plans them.
+    /// Plans the call `mbs` (validated, all of one objective) for model
+    /// `fingerprint`: per example its positive word and `negative`
+    /// negatives from `sampler` (paper Fig. 5 line 7), grouped by row.
     pub(crate) fn draw(
         &mut self,
-        sampler: &AliasSampler,
+        sampler: &NegativeSampler,
         negative: usize,
         fingerprint: u64,
         mbs: &[Minibatch],
     ) {
-        self.ids.clear();
         self.inputs.clear();
         self.context_counts.clear();
         self.contexts.clear();
         self.parts.clear();
         self.position_alpha.clear();
+        self.positives.clear();
+        self.example_position.clear();
         self.objective = mbs.first().map_or(Objective::SkipGram, |mb| mb.objective);
+        let cbow = self.objective.is_cbow();
         for mb in mbs {
-            let positives = Self::positives(mb);
-            sampler.targets(&mut seeds::rng(mb.seed), positives, negative, &mut self.ids);
+            let first = self.inputs.len() as u32;
             self.inputs.extend_from_slice(&mb.inputs);
             self.context_counts.extend_from_slice(&mb.context_counts);
-            if mb.objective.is_cbow() {
+            if cbow {
                 self.contexts.extend_from_slice(&mb.outputs);
+                self.example_position
+                    .extend(first..first + mb.inputs.len() as u32);
+            } else {
+                for (p, &c) in (first..).zip(&mb.context_counts) {
+                    self.example_position
+                        .extend(std::iter::repeat_n(p, c as usize));
+                }
             }
+            self.positives.extend_from_slice(Self::positives_of(mb));
             self.parts
                 .push((mb.seed, mb.inputs.len() as u32, mb.outputs.len() as u32));
             self.position_alpha
                 .extend(std::iter::repeat_n(mb.alpha, mb.inputs.len()));
         }
-        self.group(negative + 1);
         self.fingerprint = fingerprint;
         self.seed = mbs.first().map_or(0, |mb| mb.seed);
         self.minibatches = mbs.len();
+        self.per_pair = negative + 1;
+        self.scale_inputs(negative as u32);
+        self.group(sampler, negative);
     }
 
-    /// Whether this plan was drawn for the call `mbs` on a model with
-    /// `fingerprint` and `negative` negatives: same objective, seeds and
-    /// positives, hence the same negatives; same inputs (and, CBOW, context
-    /// words), hence the same input rows and step scales; same learning
-    /// rates. A call it fits is identical in content to the validated one
-    /// it was drawn for.
-    pub(crate) fn fit(&self, fingerprint: u64, negative: usize, mbs: &[Minibatch]) -> bool {
-        let per_pair = negative + 1;
-        let examples: usize = mbs.iter().map(Minibatch::examples).sum();
-        if self.fingerprint != fingerprint
-            || self.parts.len() != mbs.len()
-            || self.ids.len() != examples * per_pair
-        {
-            return false;
-        }
-        let (mut position, mut dot) = (0usize, 0usize);
-        for (&(seed, inputs, outputs), mb) in self.parts.iter().zip(mbs) {
-            let (n_in, n_dots) = (inputs as usize, mb.examples() * per_pair);
-            let same = seed == mb.seed
-                && mb.objective == self.objective
-                && n_in == mb.inputs.len()
-                && outputs as usize == mb.outputs.len()
-                && self.inputs[position..position + n_in] == mb.inputs[..]
-                && self.context_counts[position..position + n_in] == mb.context_counts[..]
-                && self.position_alpha[position..position + n_in]
-                    .iter()
-                    .all(|&a| a.to_bits() == mb.alpha.to_bits())
-                && self.ids[dot..dot + n_dots]
-                    .iter()
-                    .step_by(per_pair)
-                    .eq(Self::positives(mb).iter());
-            if !same {
-                return false;
-            }
-            position += n_in;
-            dot += n_dots;
-        }
-        !self.objective.is_cbow()
-            || self.contexts.len() == mbs.iter().map(|mb| mb.outputs.len()).sum::<usize>()
-                && mbs
-                    .iter()
-                    .flat_map(|mb| &mb.outputs)
-                    .eq(self.contexts.iter())
-    }
-
-    /// Groups `ids` by output row into `plan` and `groups` (with every dot
-    /// product's wire index), and the input rows by word into their step
-    /// scales.
-    fn group(&mut self, per_pair: usize) {
-        let cbow = self.objective.is_cbow();
-        let negative = per_pair as u32 - 1;
+    /// The call's row step cap and its input rows' step scales.
+    fn scale_inputs(&mut self, negative: u32) {
         self.cap = row_step_cap(&self.context_counts, negative);
         // The input rows a call writes: skip-gram, each position's word
         // (with all its pairs' dot products); CBOW, each context word entry
         // (with its position's 1 + negative).
-        let (rows, examples) = if cbow {
+        let (rows, examples) = if self.objective.is_cbow() {
             (&self.contexts, None)
         } else {
             (&self.inputs, Some(&self.context_counts[..]))
@@ -260,62 +222,124 @@ impl Plan {
         input_step_scales(
             rows,
             examples,
-            per_pair as u64,
+            u64::from(negative) + 1,
             self.cap,
             &mut self.input_keys,
             &mut self.input_scale,
         );
-        // Per dot product, its input position and (positives) its example,
-        // found in one pass: the plan below then needs no division.
-        self.dot_info.clear();
-        let mut example = 0u32;
-        for (p, &c) in self.context_counts.iter().enumerate() {
-            // A position's examples: CBOW one, skip-gram one per context word.
-            let n = if cbow { 1 } else { c };
-            for _ in 0..n {
-                self.dot_info.push((p as u32, example));
-                self.dot_info
-                    .extend(std::iter::repeat_n((p as u32, u32::MAX), per_pair - 1));
-                example += 1;
-            }
-        }
-        self.examples = example as usize;
+    }
+
+    /// Groups the call's dot products by output row into `plan` and
+    /// `groups`, with each one's wire index and α: the positives sorted by
+    /// row, merged with the negatives as the sample yields them (already in
+    /// row order), each dealt to its example.
+    fn group(&mut self, sampler: &NegativeSampler, negative: usize) {
+        let examples = self.positives.len();
         self.keys.clear();
         self.keys.extend(
-            self.ids
+            self.positives
                 .iter()
                 .enumerate()
-                .map(|(t, &row)| (u64::from(row) << 32) | t as u64),
+                .map(|(e, &row)| (u64::from(row) << 32) | e as u64),
         );
-        // A stable radix sort on the row alone: ties keep request order.
+        // A stable radix sort on the row alone: ties keep example order.
         sort_by_row(&mut self.keys, &mut self.keys_tmp);
-        // Two passes over locals: pushing to several vectors of `self` in
-        // one loop reloads their lengths and capacities at every key (a
-        // store through one might change another's).
-        let (keys, dot_info, position_alpha) = (&self.keys, &self.dot_info, &self.position_alpha);
-        let alphas = &mut self.alphas;
-        alphas.clear();
-        alphas.resize(keys.len(), 0.0);
-        let mut negatives = self.examples as u32;
-        self.plan.clear();
-        self.plan.extend(keys.iter().map(|&key| {
-            let (p, e) = dot_info[key as u32 as usize];
-            let wire = if e == u32::MAX {
-                negatives += 1;
-                negatives - 1
-            } else {
-                e
-            };
-            alphas[wire as usize] = position_alpha[p as usize];
-            (wire, p)
-        }));
-        let groups = &mut self.groups;
+        let deal = Deal::new(self.seed, examples as u64, negative as u32, sampler.total());
+        let mut words = sampler.walk((examples * negative) as u64, deal.offset);
+        let (keys, positives, example_position) =
+            (&self.keys, &self.positives, &self.example_position);
+        let position_alpha = &self.position_alpha;
+        let (plan, groups, alphas) = (&mut self.plan, &mut self.groups, &mut self.alphas);
+        plan.clear();
         groups.clear();
-        let mut end = 0u32;
-        for run in keys.chunk_by(|a, b| a >> 32 == b >> 32) {
-            end += run.len() as u32;
-            groups.push(((run[0] >> 32) as u32, end));
+        alphas.clear();
+        alphas.resize(examples * (negative + 1), 0.0);
+        let mut row_of_run: Option<u32> = None;
+        let mut push = |row: u32, wire: usize, p: u32, plan: &mut Vec<(u32, u32)>| {
+            if row_of_run != Some(row) {
+                if let Some(r) = row_of_run {
+                    groups.push((r, plan.len() as u32));
+                }
+                row_of_run = Some(row);
+            }
+            plan.push((wire as u32, p));
+        };
+        let mut next_positive = keys.iter().peekable();
+        let mut wire = examples;
+        for &(g, h) in &deal.bands {
+            let (g, mut e) = (g as usize, h as usize);
+            for _ in 0..examples {
+                let Some(row) = words.next() else { break };
+                while let Some(&&key) = next_positive.peek() {
+                    if (key >> 32) as u32 > row {
+                        break;
+                    }
+                    let ex = key as u32 as usize;
+                    let p = example_position[ex];
+                    alphas[ex] = position_alpha[p as usize];
+                    push((key >> 32) as u32, ex, p, plan);
+                    next_positive.next();
+                }
+                let p = example_position[e];
+                if row != positives[e] {
+                    alphas[wire] = position_alpha[p as usize];
+                }
+                push(row, wire, p, plan);
+                wire += 1;
+                e += g;
+                if e >= examples {
+                    e -= examples;
+                }
+            }
         }
+        for &key in next_positive {
+            let ex = key as u32 as usize;
+            let p = example_position[ex];
+            alphas[ex] = position_alpha[p as usize];
+            push((key >> 32) as u32, ex, p, plan);
+        }
+        if let Some(r) = row_of_run {
+            groups.push((r, plan.len() as u32));
+        }
+    }
+
+    /// Whether this plan was drawn for the call `mbs` on a model with
+    /// `fingerprint` and `negative` negatives: same seeds, objective,
+    /// positives and inputs (and, CBOW, context words), hence the same
+    /// negatives, input rows and step scales; same learning rates. A call it
+    /// fits is identical in content to the validated one it was drawn for.
+    pub(crate) fn fit(&self, fingerprint: u64, negative: usize, mbs: &[Minibatch]) -> bool {
+        if self.fingerprint != fingerprint
+            || self.per_pair != negative + 1
+            || self.parts.len() != mbs.len()
+        {
+            return false;
+        }
+        let (mut position, mut example) = (0usize, 0usize);
+        for (&(seed, inputs, outputs), mb) in self.parts.iter().zip(mbs) {
+            let (n_in, n_ex) = (inputs as usize, mb.examples());
+            let same = seed == mb.seed
+                && mb.objective == self.objective
+                && n_in == mb.inputs.len()
+                && outputs as usize == mb.outputs.len()
+                && self.positives.get(example..example + n_ex) == Some(Self::positives_of(mb))
+                && self.inputs[position..position + n_in] == mb.inputs[..]
+                && self.context_counts[position..position + n_in] == mb.context_counts[..]
+                && self.position_alpha[position..position + n_in]
+                    .iter()
+                    .all(|&a| a.to_bits() == mb.alpha.to_bits());
+            if !same {
+                return false;
+            }
+            position += n_in;
+            example += n_ex;
+        }
+        example == self.positives.len()
+            && (!self.objective.is_cbow()
+                || mbs
+                    .iter()
+                    .flat_map(|mb| &mb.outputs)
+                    .eq(self.contexts.iter()))
     }
 
     /// Bytes of its buffers (their capacities): what keeping it costs.
@@ -324,9 +348,10 @@ impl Plan {
         let u32s = self.inputs.capacity()
             + self.context_counts.capacity()
             + self.contexts.capacity()
-            + self.ids.capacity();
+            + self.positives.capacity()
+            + self.example_position.capacity();
         let u64s = self.keys.capacity() + self.keys_tmp.capacity() + self.input_keys.capacity();
-        let pairs = self.plan.capacity() + self.groups.capacity() + self.dot_info.capacity();
+        let pairs = self.plan.capacity() + self.groups.capacity();
         let f32s =
             self.input_scale.capacity() + self.position_alpha.capacity() + self.alphas.capacity();
         u32s * 4
@@ -338,17 +363,17 @@ impl Plan {
 
     /// Dot products planned (examples × (1 + negative)).
     pub fn len(&self) -> usize {
-        self.ids.len()
+        self.positives.len() * self.per_pair
     }
 
     pub fn is_empty(&self) -> bool {
-        self.ids.is_empty()
+        self.positives.is_empty()
     }
 
     /// Examples in the call: the first `examples()` dot products in wire
     /// order are their positives.
     pub fn examples(&self) -> usize {
-        self.examples
+        self.positives.len()
     }
 
     /// (input, output) pairs in the call.
@@ -360,10 +385,24 @@ impl Plan {
     }
 
     /// The weights G of the call from its scaled weights (G ÷ α, wire
-    /// order, as they travel), into `out`: each times its minibatch's α.
+    /// order, as they travel), into `out`: each times its α in the plan.
     pub fn weights(&self, scaled: &[f32], out: &mut Vec<f32>) {
         out.clear();
         out.extend(scaled.iter().zip(&self.alphas).map(|(&g, &a)| a * g));
+    }
+
+    /// The output row of every dot product, in wire order (for tests and
+    /// checks; the loops read `plan` and `groups`).
+    pub fn rows_by_wire(&self) -> Vec<u32> {
+        let mut rows = vec![u32::MAX; self.len()];
+        let mut at = 0;
+        for &(row, end) in &self.groups {
+            for &(w, _) in &self.plan[at..end as usize] {
+                rows[w as usize] = row;
+            }
+            at = end as usize;
+        }
+        rows
     }
 }
 
@@ -403,8 +442,94 @@ fn input_step_scales(
 
 #[cfg(test)]
 mod tests {
-    use super::sort_by_row;
+    use super::*;
     use proptest::prelude::*;
+
+    /// The plan against the definitions: positives in example order, then
+    /// point i of the sample (the word at ⌊(i·T + r)/N⌋) dealt to example
+    /// `Deal::example_of(i)`, each with its example's input position; a
+    /// negative equal to its example's positive carries α 0; the groups
+    /// ascend by row.
+    #[test]
+    fn a_plan_deals_the_sample_as_defined() {
+        let counts: Vec<u64> = (1..=60u64)
+            .map(|r| 6000 / r)
+            .chain([3, 3, 2, 2, 1])
+            .collect();
+        let sampler = NegativeSampler::new(&counts, 0.75).expect("sampler");
+        for (cbow, negative) in [(false, 5usize), (true, 3), (false, 1)] {
+            let objective = Objective::from_cbow(cbow);
+            let mk = |seed, alpha, inputs: &[u32], counts: &[u32], outputs: &[u32]| Minibatch {
+                seed,
+                alpha,
+                inputs: inputs.to_vec(),
+                context_counts: counts.to_vec(),
+                outputs: outputs.to_vec(),
+                objective,
+                ..Minibatch::default()
+            };
+            let call = [
+                mk(
+                    11,
+                    0.5,
+                    &[0, 1, 7, 0],
+                    &[2, 1, 3, 1],
+                    &[1, 2, 0, 3, 4, 0, 9],
+                ),
+                mk(12, 0.25, &[2, 64], &[1, 2], &[0, 5, 6]),
+            ];
+            let mut plan = Plan::default();
+            plan.draw(&sampler, negative, 9, &call);
+            let e_count = plan.examples();
+            assert_eq!(e_count, if cbow { 6 } else { 10 });
+            assert_eq!(plan.len(), e_count * (negative + 1));
+            let rows = plan.rows_by_wire();
+            let position_of: Vec<u32> = {
+                let mut p = vec![u32::MAX; plan.len()];
+                for &(w, pos) in &plan.plan {
+                    p[w as usize] = pos;
+                }
+                p
+            };
+            let positives: Vec<u32> = call
+                .iter()
+                .flat_map(|mb| if cbow { &mb.inputs } else { &mb.outputs })
+                .copied()
+                .collect();
+            let example_position: Vec<u32> = if cbow {
+                (0..6).collect()
+            } else {
+                vec![0, 0, 1, 2, 2, 2, 3, 4, 5, 5]
+            };
+            let alpha_of = |p: u32| if p < 4 { 0.5 } else { 0.25 };
+            assert_eq!(rows[..e_count], positives[..]);
+            let n = (e_count * negative) as u128;
+            let deal = Deal::new(11, e_count as u64, negative as u32, sampler.total());
+            for i in 0..e_count * negative {
+                let x = ((i as u128 * u128::from(sampler.total()) + u128::from(deal.offset)) / n)
+                    as u64;
+                let e = deal.example_of(i as u64, e_count as u64) as usize;
+                let w = e_count + i;
+                assert_eq!(rows[w], sampler.word_at(x), "negative {i}");
+                assert_eq!(position_of[w], example_position[e], "negative {i}");
+                let alpha = if rows[w] == positives[e] {
+                    0.0
+                } else {
+                    alpha_of(example_position[e])
+                };
+                assert_eq!(plan.alphas[w], alpha, "negative {i}");
+            }
+            for e in 0..e_count {
+                assert_eq!(position_of[e], example_position[e]);
+                assert_eq!(plan.alphas[e], alpha_of(example_position[e]));
+            }
+            assert!(plan
+                .groups
+                .windows(2)
+                .all(|g| g[0].0 < g[1].0 && g[0].1 < g[1].1));
+            assert_eq!(plan.groups.last().map(|g| g.1 as usize), Some(plan.len()));
+        }
+    }
 
     proptest! {
         /// Keys carry their index in the low half, so the stable sort by row
