@@ -17,9 +17,10 @@
 //! dispatch, for callers outside such loops and for the tests against
 //! [`dot_scalar`].
 //!
-//! Every variant computes the same thing in the same order (sixteen lane sums,
-//! folded pairwise; mul then add, never contracted to FMA), so results are
-//! bit-identical whichever variant runs.
+//! Every variant computes the same thing in the same order (sixteen lane sums
+//! over the vectors zero-padded to a multiple of 16, folded pairwise; mul then
+//! add, never contracted to FMA), so results are bit-identical whichever
+//! variant runs, and whether a caller pads its rows or the kernel masks them.
 #![allow(
     unsafe_code,
     reason = "SIMD intrinsics behind target-feature checks; each block says why it is sound"
@@ -28,9 +29,17 @@
 use multiversion::multiversion;
 use multiversion::target::match_target;
 
-const LANES: usize = 16;
+/// The lanes of [`dot_kernel`]'s order: 16, one AVX-512 register, two AVX.
+pub const LANES: usize = 16;
 
-/// Dot product Σ a[i]·b[i] over the shorter of the two slices.
+/// Dot product Σ a[i]·b[i] over the shorter of the two slices, in the one
+/// order every variant keeps: the slices zero-padded to a multiple of
+/// [`LANES`] floats, lane `l` summing the products at `l`, `l + 16`, … in
+/// order, then the lanes folded pairwise (16 → 8 → 4 → 2 → 1). A row of
+/// 25 columns is then two chunks, the second masked, and no scalar tail
+/// (whose chain of dependent adds cost a shard with 25 columns per row
+/// about a third of its dot-product loop); callers that pad their rows
+/// with zeros to [`padded`] columns get the same value without a mask.
 #[inline(always)]
 pub fn dot_kernel(a: &[f32], b: &[f32]) -> f32 {
     let n = a.len().min(b.len());
@@ -43,9 +52,12 @@ pub fn dot_kernel(a: &[f32], b: &[f32]) -> f32 {
             acc[l] += x[l] * y[l];
         }
     }
-    let mut tail = 0.0f32;
-    for (x, y) in ca.remainder().iter().zip(cb.remainder()) {
-        tail += x * y;
+    let (x, y) = (ca.remainder(), cb.remainder());
+    if !x.is_empty() {
+        // The zero-padded last chunk: a padding lane adds 0·0 = +0.
+        for l in 0..LANES {
+            acc[l] += if l < x.len() { x[l] * y[l] } else { 0.0 };
+        }
     }
     // Fold the lanes pairwise (16 → 8 → 4 → 2 → 1), as SIMD would.
     let mut width = LANES / 2;
@@ -55,7 +67,13 @@ pub fn dot_kernel(a: &[f32], b: &[f32]) -> f32 {
         }
         width /= 2;
     }
-    acc[0] + tail
+    acc[0]
+}
+
+/// `cols` rounded up to a multiple of [`LANES`]: the stride of scratch rows
+/// kept zero-padded, so that [`dot_kernel`] over them needs no mask.
+pub const fn padded(cols: usize) -> usize {
+    cols.div_ceil(LANES) * LANES
 }
 
 /// y += alpha·x.
@@ -75,6 +93,16 @@ pub trait Simd: Copy {
     fn axpy(self, alpha: f32, x: &[f32], y: &mut [f32]) {
         axpy_kernel(alpha, x, y)
     }
+    /// 16 floats of an accumulator, held in registers where the instruction
+    /// set has them (a fixed-size array LLVM leaves in memory).
+    type Lanes: Copy;
+    /// Lanes of +0.
+    fn lanes_zero(self) -> Self::Lanes;
+    /// acc + alpha·x, lane by lane: [`axpy_kernel`]'s operations (mul, then
+    /// add), so bit for bit what it gives.
+    fn lanes_axpy(self, acc: Self::Lanes, alpha: f32, x: &[f32; LANES]) -> Self::Lanes;
+    /// The lanes, into `out`.
+    fn lanes_store(self, acc: Self::Lanes, out: &mut [f32; LANES]);
 }
 
 /// The portable kernels (vectorized by LLVM as well as it can).
@@ -85,6 +113,24 @@ impl Simd for Portable {
     #[inline(always)]
     fn dot(self, a: &[f32], b: &[f32]) -> f32 {
         dot_kernel(a, b)
+    }
+
+    type Lanes = [f32; LANES];
+
+    #[inline(always)]
+    fn lanes_zero(self) -> Self::Lanes {
+        [0.0; LANES]
+    }
+
+    #[inline(always)]
+    fn lanes_axpy(self, mut acc: Self::Lanes, alpha: f32, x: &[f32; LANES]) -> Self::Lanes {
+        axpy_kernel(alpha, x, &mut acc);
+        acc
+    }
+
+    #[inline(always)]
+    fn lanes_store(self, acc: Self::Lanes, out: &mut [f32; LANES]) {
+        *out = acc;
     }
 }
 
@@ -116,11 +162,72 @@ impl Simd for Avx {
         // SAFETY: an `Avx` exists only on CPUs with AVX (see its constructors).
         unsafe { dot_avx(a, b) }
     }
+
+    type Lanes = (std::arch::x86_64::__m256, std::arch::x86_64::__m256);
+
+    #[inline(always)]
+    fn lanes_zero(self) -> Self::Lanes {
+        // SAFETY: as in `dot`.
+        unsafe { lanes_zero_avx() }
+    }
+
+    #[inline(always)]
+    fn lanes_axpy(self, acc: Self::Lanes, alpha: f32, x: &[f32; LANES]) -> Self::Lanes {
+        // SAFETY: as in `dot`.
+        unsafe { lanes_axpy_avx(acc, alpha, x) }
+    }
+
+    #[inline(always)]
+    fn lanes_store(self, acc: Self::Lanes, out: &mut [f32; LANES]) {
+        // SAFETY: as in `dot`.
+        unsafe { lanes_store_avx(acc, out) }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx")]
+#[inline]
+fn lanes_zero_avx() -> <Avx as Simd>::Lanes {
+    use std::arch::x86_64::_mm256_setzero_ps;
+    (_mm256_setzero_ps(), _mm256_setzero_ps())
+}
+
+/// acc + alpha·x in two 8-float registers: mul, then add, as `axpy_kernel`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx")]
+#[inline]
+fn lanes_axpy_avx(acc: <Avx as Simd>::Lanes, alpha: f32, x: &[f32; LANES]) -> <Avx as Simd>::Lanes {
+    use std::arch::x86_64::*;
+    let a = _mm256_set1_ps(alpha);
+    // SAFETY: `x` holds 16 floats, so both 8-float loads are in bounds;
+    // unaligned loads have no alignment requirement.
+    let (lo, hi) = unsafe {
+        (
+            _mm256_loadu_ps(x.as_ptr()),
+            _mm256_loadu_ps(x.as_ptr().add(8)),
+        )
+    };
+    (
+        _mm256_add_ps(acc.0, _mm256_mul_ps(a, lo)),
+        _mm256_add_ps(acc.1, _mm256_mul_ps(a, hi)),
+    )
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx")]
+#[inline]
+fn lanes_store_avx(acc: <Avx as Simd>::Lanes, out: &mut [f32; LANES]) {
+    use std::arch::x86_64::_mm256_storeu_ps;
+    // SAFETY: `out` holds 16 floats, so both 8-float stores are in bounds.
+    unsafe {
+        _mm256_storeu_ps(out.as_mut_ptr(), acc.0);
+        _mm256_storeu_ps(out.as_mut_ptr().add(8), acc.1);
+    }
 }
 
 /// [`dot_kernel`] with AVX intrinsics, in the same order: lanes 0–7 and 8–15
-/// of each 16-float chunk in two accumulators, the tail summed left to right,
-/// the lanes folded 16 → 8 → 4 → 2 → 1, then the tail added.
+/// of each 16-float chunk in two accumulators, the last chunk loaded under a
+/// mask (masked-off lanes read as 0), the lanes folded 16 → 8 → 4 → 2 → 1.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx")]
 #[inline]
@@ -144,15 +251,40 @@ unsafe fn dot_avx(a: &[f32], b: &[f32]) -> f32 {
             );
         }
     }
-    let mut tail = 0.0f32;
-    for (x, y) in ca.remainder().iter().zip(cb.remainder()) {
-        tail += x * y;
+    let (x, y) = (ca.remainder(), cb.remainder());
+    let r = x.len();
+    if r > 0 {
+        // Lane l of the low (high) half is loaded when l (8 + l) < r.
+        static MASKS: [i32; 32] = {
+            let mut m = [0i32; 32];
+            let mut i = 0;
+            while i < 16 {
+                m[i] = -1;
+                i += 1;
+            }
+            m
+        };
+        // SAFETY: 0 < r < 16, so both 8-lane windows lie within MASKS; a
+        // masked load touches only the lanes its mask selects, which are
+        // below r and so within both slices.
+        unsafe {
+            let m_lo = _mm256_loadu_si256(MASKS.as_ptr().add(16 - r).cast());
+            let m_hi = _mm256_loadu_si256(MASKS.as_ptr().add(24 - r).cast());
+            let (x, y) = (x.as_ptr(), y.as_ptr());
+            let (xl, yl) = (_mm256_maskload_ps(x, m_lo), _mm256_maskload_ps(y, m_lo));
+            let (xh, yh) = (
+                _mm256_maskload_ps(x.wrapping_add(8), m_hi),
+                _mm256_maskload_ps(y.wrapping_add(8), m_hi),
+            );
+            lo = _mm256_add_ps(lo, _mm256_mul_ps(xl, yl));
+            hi = _mm256_add_ps(hi, _mm256_mul_ps(xh, yh));
+        }
     }
     let s8 = _mm256_add_ps(lo, hi);
     let s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps::<1>(s8));
     let s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
     let s1 = _mm_add_ss(s2, _mm_movehdup_ps(s2));
-    _mm_cvtss_f32(s1) + tail
+    _mm_cvtss_f32(s1)
 }
 
 /// Proof that the CPU has AVX-512F: its dot product uses 512-bit intrinsics.
@@ -176,11 +308,29 @@ impl Simd for Avx512 {
         // `detect`, its one constructor).
         unsafe { dot_avx512(a, b) }
     }
+
+    // The split loops, the only users of lanes, have no AVX-512 clone.
+    type Lanes = [f32; LANES];
+
+    #[inline(always)]
+    fn lanes_zero(self) -> Self::Lanes {
+        Portable.lanes_zero()
+    }
+
+    #[inline(always)]
+    fn lanes_axpy(self, acc: Self::Lanes, alpha: f32, x: &[f32; LANES]) -> Self::Lanes {
+        Portable.lanes_axpy(acc, alpha, x)
+    }
+
+    #[inline(always)]
+    fn lanes_store(self, acc: Self::Lanes, out: &mut [f32; LANES]) {
+        Portable.lanes_store(acc, out)
+    }
 }
 
 /// [`dot_kernel`] with AVX-512 intrinsics, in the same order: the 16 lanes of
-/// each chunk in one accumulator, the tail summed left to right, the lanes
-/// folded 16 → 8 → 4 → 2 → 1, then the tail added.
+/// each chunk in one accumulator, the last chunk loaded under a mask, the
+/// lanes folded 16 → 8 → 4 → 2 → 1.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 #[inline]
@@ -201,9 +351,20 @@ unsafe fn dot_avx512(a: &[f32], b: &[f32]) -> f32 {
             );
         }
     }
-    let mut tail = 0.0f32;
-    for (x, y) in ca.remainder().iter().zip(cb.remainder()) {
-        tail += x * y;
+    let (x, y) = (ca.remainder(), cb.remainder());
+    if !x.is_empty() {
+        let m: u16 = (1u16 << x.len()) - 1;
+        // SAFETY: a masked load touches only the lanes below x.len() (< 16),
+        // which are within both remainders.
+        unsafe {
+            acc = _mm512_add_ps(
+                acc,
+                _mm512_mul_ps(
+                    _mm512_maskz_loadu_ps(m, x.as_ptr()),
+                    _mm512_maskz_loadu_ps(m, y.as_ptr()),
+                ),
+            );
+        }
     }
     // Lanes l and l + 8, as the AVX variant's two accumulators, then as it.
     let s8 = _mm256_add_ps(
@@ -213,7 +374,7 @@ unsafe fn dot_avx512(a: &[f32], b: &[f32]) -> f32 {
     let s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps::<1>(s8));
     let s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
     let s1 = _mm_add_ss(s2, _mm_movehdup_ps(s2));
-    _mm_cvtss_f32(s1) + tail
+    _mm_cvtss_f32(s1)
 }
 
 /// [`dot_kernel`], dispatched at run time to the best SIMD variant.
@@ -287,6 +448,17 @@ mod tests {
             if let Some(avx512) = Avx512::detect() {
                 prop_assert_eq!(avx512.dot(&a, &b).to_bits(), got.to_bits());
             }
+        }
+
+        #[test]
+        fn zero_padded_rows_dot_as_masked_ones(v in proptest::collection::vec((-1.0f32..1.0, -1.0f32..1.0), 0..140)) {
+            let (a, b) = split(&v);
+            let pad = padded(a.len());
+            let (mut pa, mut pb) = (a.clone(), b.clone());
+            pa.resize(pad, 0.0);
+            pb.resize(pad, 0.0);
+            prop_assert_eq!(dot_kernel(&pa, &pb).to_bits(), dot_kernel(&a, &b).to_bits());
+            prop_assert_eq!(dot(&pa, &pb).to_bits(), dot(&a, &b).to_bits());
         }
 
         #[test]

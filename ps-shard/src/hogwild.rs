@@ -16,7 +16,7 @@
 //! argument above holds across views; the one exception,
 //! [`HogwildMatrix::whole`], is for a caller that holds every view and
 //! still locks each row it touches.
-//! A caller never holds two row locks at once (the closures get one row), so
+//! A caller never holds two row locks at once (the closures and guards lend one row), so
 //! there is no lock-order deadlock. Minibatches still interleave freely
 //! between row accesses: that is the Hogwild approximation the algorithm
 //! accepts, minus lost updates, since each row update is atomic.
@@ -76,14 +76,23 @@ pub fn release_freed_heap() {
 /// Makes glibc serve every block of 1 MiB or more by its own memory map,
 /// given back to the system when freed (by default the threshold rises
 /// after the first large free, and later large temporaries stay in the
-/// heap). Call once at start-up, before the threads.
+/// heap), and keep up to [`KEPT_FREE_HEAP`] of freed heap at its top: a
+/// call's buffers (a few hundred KB each, allocated and freed per call)
+/// then reuse pages instead of faulting them in again each time, as they
+/// did when setting the map threshold left the trim threshold at its
+/// 128 KiB default. Call once at start-up, before the threads.
 pub fn map_large_blocks() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: mallopt only sets a parameter of glibc's allocator.
+    // SAFETY: mallopt only sets parameters of glibc's allocator.
     unsafe {
         libc::mallopt(libc::M_MMAP_THRESHOLD, 1 << 20);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, KEPT_FREE_HEAP);
     }
 }
+
+/// Freed heap glibc keeps for reuse before giving it back (see
+/// [`map_large_blocks`]); [`release_freed_heap`] still returns all of it.
+pub const KEPT_FREE_HEAP: i32 = 32 << 20;
 
 /// Bytes of a packed row's lock slot on a shard (keeps the cells f32-aligned).
 pub const ROW_LOCK_BYTES: u64 = 4;
@@ -321,6 +330,29 @@ impl Drop for Unlock<'_> {
     }
 }
 
+/// A row locked for update ([`HogwildMatrix::row_mut`]): its cells, and the
+/// lock, released when the guard drops (also on unwind).
+pub(crate) struct RowMut<'a> {
+    cells: &'a mut [f32],
+    _unlock: Unlock<'a>,
+}
+
+impl std::ops::Deref for RowMut<'_> {
+    type Target = [f32];
+
+    #[inline(always)]
+    fn deref(&self) -> &[f32] {
+        self.cells
+    }
+}
+
+impl std::ops::DerefMut for RowMut<'_> {
+    #[inline(always)]
+    fn deref_mut(&mut self) -> &mut [f32] {
+        self.cells
+    }
+}
+
 impl HogwildMatrix {
     /// A matrix of zeros. Fails when the memory cannot be mapped.
     pub fn zeroed(rows: usize, cols: usize) -> std::io::Result<Self> {
@@ -460,26 +492,42 @@ impl HogwildMatrix {
     /// Panics if `row` is out of range.
     #[inline(always)]
     pub fn with_row_mut<R>(&self, row: usize, f: impl FnOnce(&mut [f32]) -> R) -> R {
+        let mut locked = self.row_mut(row);
+        f(&mut locked)
+    }
+
+    /// Row `row` (length `cols`), locked for update until the guard drops:
+    /// [`Self::with_row_mut`] without a closure, for the shard's loops, whose
+    /// per-row work must inline into their SIMD clones (a closure LLVM
+    /// leaves out of line is compiled without the clone's target features).
+    /// A thread holds one row at a time: taking a row it holds deadlocks.
+    /// Panics if `row` is out of range.
+    #[inline(always)]
+    pub(crate) fn row_mut(&self, row: usize) -> RowMut<'_> {
         let (start, lock) = self.row_start(row);
         // SAFETY: the row's lock holds a `RawMutex` written in `zeroed` and
         // only ever shared.
         let lock = unsafe { lock.cast::<RawMutex>().as_ref() };
         lock.lock();
-        let _unlock = Unlock(lock);
+        let unlock = Unlock(lock);
         // SAFETY: this view's `cols` cells lie `cells_at` bytes into the row,
         // inside the map and its `width` cells, clear of every lock
         // ([`RowLayout`]), f32-aligned (base, stride and `cells_at` are
         // multiples of 4) and initialized. The row lock, which
-        // every view of these rows takes, is held until `_unlock` drops,
-        // after `f` returns, and every access to the cells goes through this
-        // function, so this is the only reference to them.
-        let row = unsafe {
+        // every view of these rows takes, is held until the guard (and its
+        // `unlock`) drops, and the slice lives no longer than the guard; every
+        // access to the cells goes through a guard, so this is the only
+        // reference to them.
+        let cells = unsafe {
             std::slice::from_raw_parts_mut(
                 start.add(self.cells_at).cast::<f32>().as_ptr(),
                 self.cols,
             )
         };
-        f(row)
+        RowMut {
+            cells,
+            _unlock: unlock,
+        }
     }
 
     /// Copies row `row` into `out` (length `cols`).

@@ -120,7 +120,7 @@ impl ModelShards for InProcessShards {
             ));
             return Err(self.failed(0, "adjust", e));
         }
-        self.plan.weights(scaled, &mut self.weights);
+        self.plan.weights(scaled, &mut self.weights, |_| ());
         for (i, m) in self.models.iter().enumerate() {
             m.adjust(&self.plan, &self.weights, &mut self.scratch)
                 .map_err(|e| CallError::from_shard(&name(i), i, self.models.len(), "adjust", e))?;

@@ -18,7 +18,7 @@ use crate::hogwild::HogwildMatrix;
 use crate::plan::row_step_scale;
 #[cfg(target_arch = "x86_64")]
 use colonnade_common::kernels::{Avx, Avx512};
-use colonnade_common::kernels::{Portable, Simd};
+use colonnade_common::kernels::{Portable, Simd, LANES};
 use colonnade_common::sgns::applied_weight;
 use multiversion::multiversion;
 use multiversion::target::match_target;
@@ -78,29 +78,38 @@ pub(crate) struct Contexts<'a> {
     pub words: &'a [u32],
 }
 
-/// Reads the input vector of every input position into `u_rows`: its word's
-/// u row (skip-gram), or the mean of its context words' u rows (CBOW,
-/// word2vec's `cbow_mean`: the sum times 1/count).
+/// Reads the input vector of every input position into `u_rows`, one per
+/// `stride` floats (at least the columns; the floats past them are zeroed):
+/// its word's u row (skip-gram), or the mean of its context words' u rows
+/// (CBOW, word2vec's `cbow_mean`: the sum times 1/count).
 #[inline(always)]
 fn read_input_rows(
     u: &HogwildMatrix,
     inputs: &[u32],
     contexts: Option<Contexts<'_>>,
     u_rows: &mut [f32],
+    stride: usize,
 ) {
     let cols = u.cols();
     let Some(Contexts { counts, words }) = contexts else {
-        for (i, (&w_in, row)) in inputs.iter().zip(u_rows.chunks_exact_mut(cols)).enumerate() {
+        for (i, (&w_in, row)) in inputs
+            .iter()
+            .zip(u_rows.chunks_exact_mut(stride))
+            .enumerate()
+        {
             if let Some(&ahead) = inputs.get(i + PREFETCH_AHEAD) {
                 u.prefetch_row(ahead as usize);
             }
+            let (row, pad) = row.split_at_mut(cols);
             u.read_row(w_in as usize, row);
+            pad.fill(0.0);
         }
         return;
     };
     let mut e = 0;
-    for (&c, row) in counts.iter().zip(u_rows.chunks_exact_mut(cols)) {
+    for (&c, row) in counts.iter().zip(u_rows.chunks_exact_mut(stride)) {
         row.fill(0.0);
+        let row = &mut row[..cols];
         for &w in &words[e..e + c as usize] {
             if let Some(&ahead) = words.get(e + PREFETCH_AHEAD) {
                 u.prefetch_row(ahead as usize);
@@ -132,35 +141,61 @@ pub(crate) struct Work<'a> {
     pub plan: &'a [(u32, u32)],
     /// Runs of `plan`: (output row, end of the run).
     pub groups: &'a [(u32, u32)],
-    /// Scratch: per input position, its u row as the call found it.
+    /// Scratch: per input position, its u row as the call found it, one per
+    /// `stride` floats.
     pub u_rows: &'a mut [f32],
+    /// Floats per input position in `u_rows` (and in the Δu scratch): the
+    /// columns, or [`padded`](colonnade_common::kernels::padded) columns for the split loops.
+    pub stride: usize,
 }
 
 /// The dot products of a validated minibatch into `dots`, pair-major
 /// (request order), one visit per distinct output row. No AVX-512 clone:
 /// over `ps-shard` processes the split loops are slower with one
 /// (docs/benchmarks-history.md, "AVX-512 on rows of whole cache lines").
+/// `work.stride` must be [`padded`](colonnade_common::kernels::padded) columns.
 #[multiversion(targets("x86_64+avx2+fma", "x86_64+avx", "aarch64+neon"))]
 pub(crate) fn dotprod_loop<'a>(work: Work<'a>, dots: &'a mut [f32]) {
     match_target! {
         // SAFETY: this arm is compiled only into clones for CPUs with AVX.
-        "x86_64+avx" => dotprod_body(unsafe { Avx::new_unchecked() }, work, dots),
-        _ => dotprod_body(Portable, work, dots),
+        "x86_64+avx" => by_width!(work.stride, dotprod_body, unsafe { Avx::new_unchecked() }, work, dots),
+        _ => by_width!(work.stride, dotprod_body, Portable, work, dots),
     }
 }
 
+/// Calls `$body::<_, N>` with `N` the padded width when it is one the split
+/// loops keep in registers (16 … 64 columns: every shard of a d ≤ 256 model
+/// split four ways or more), else with `N = 0` (the width read at run time).
+macro_rules! by_width {
+    ($stride:expr, $body:ident, $($arg:expr),*) => {
+        match $stride {
+            16 => $body::<_, 16>($($arg),*),
+            32 => $body::<_, 32>($($arg),*),
+            48 => $body::<_, 48>($($arg),*),
+            64 => $body::<_, 64>($($arg),*),
+            _ => $body::<_, 0>($($arg),*),
+        }
+    };
+}
+use by_width;
+
+/// The split loops' input rows: per input position, its `stride` floats
+/// zero-padded, so that a dot product with an output row (masked to its
+/// columns: no copy of the row) runs on whole 16-float chunks. `N` is the
+/// stride when known at compile time, else 0.
 #[inline(always)]
-fn dotprod_body<K: Simd>(k: K, work: Work<'_>, dots: &mut [f32]) {
+fn dotprod_body<K: Simd, const N: usize>(k: K, work: Work<'_>, dots: &mut [f32]) {
     let (v, cols) = (work.v, work.u.cols());
-    read_input_rows(work.u, work.inputs, work.contexts, work.u_rows);
+    let stride = if N == 0 { work.stride } else { N };
+    read_input_rows(work.u, work.inputs, work.contexts, work.u_rows, stride);
     let u_rows = &*work.u_rows;
     for (x, run) in RowRuns::new(v, work.plan, work.groups) {
-        v.with_row(x, |row| {
-            for &(t, p) in run {
-                let p = p as usize;
-                dots[t as usize] = k.dot(&u_rows[p * cols..(p + 1) * cols], row);
-            }
-        });
+        // A guard, not a closure: the row's work inlines into this clone.
+        let row = v.row_mut(x);
+        for &(t, p) in run {
+            let p = p as usize * stride;
+            dots[t as usize] = k.dot(&u_rows[p..p + cols], &row);
+        }
     }
 }
 
@@ -181,10 +216,21 @@ pub(crate) struct Steps<'a> {
 /// The updates of a validated minibatch (see [`crate::model::Model::adjust`]).
 /// Each output row's Δv and each input word's Δu is scaled by
 /// [`row_step_scale`] of its dot-product count. No AVX-512 clone, as
-/// [`dotprod_loop`].
+/// [`dotprod_loop`]; `work.stride` must be [`padded`](colonnade_common::kernels::padded) columns, and so must
+/// be the Δu scratch's stride and `v_delta`'s length.
 #[multiversion(targets("x86_64+avx2+fma", "x86_64+avx", "aarch64+neon"))]
 pub(crate) fn adjust_loop<'a>(work: Work<'a>, steps: Steps<'a>) {
+    match_target! {
+        // SAFETY: this arm is compiled only into clones for CPUs with AVX.
+        "x86_64+avx" => by_width!(work.stride, adjust_body, unsafe { Avx::new_unchecked() }, work, steps),
+        _ => by_width!(work.stride, adjust_body, Portable, work, steps),
+    }
+}
+
+#[inline(always)]
+fn adjust_body<K: Simd, const N: usize>(k: K, work: Work<'_>, steps: Steps<'_>) {
     let (u, v, inputs, contexts) = (work.u, work.v, work.inputs, work.contexts);
+    let stride = if N == 0 { work.stride } else { N };
     let u_rows = work.u_rows;
     let Steps {
         weights,
@@ -193,20 +239,65 @@ pub(crate) fn adjust_loop<'a>(work: Work<'a>, steps: Steps<'a>) {
         u_delta,
         v_delta,
     } = steps;
-    let k = Portable; // adjust only needs axpy, which LLVM vectorizes fully
-    read_input_rows(u, inputs, contexts, u_rows);
+    read_input_rows(u, inputs, contexts, u_rows, stride);
     let u_rows = &*u_rows;
     for (x, run) in RowRuns::new(v, work.plan, work.groups) {
         let scale = row_step_scale(run.len() as u64, cap);
-        v.with_row_mut(x, |row| {
-            update_row(k, row, scale, run, weights, u_rows, u_delta, v_delta)
-        });
+        // A guard, not a closure: the row's work inlines into this clone.
+        let mut row = v.row_mut(x);
+        if N == 0 {
+            update_row(k, &mut row, scale, run, weights, u_rows, u_delta, v_delta);
+        } else {
+            update_fixed_row::<K, N>(k, &mut row, scale, run, weights, u_rows, u_delta);
+        }
     }
-    add_input_deltas(u, inputs, contexts, u_delta, input_scale);
+    add_input_deltas(u, inputs, contexts, u_delta, input_scale, stride);
+}
+
+/// [`update_row`] with Δv in `N / 16` register lanes (`N` the padded
+/// columns), held through the run: the same operations in the same order.
+#[inline(always)]
+fn update_fixed_row<K: Simd, const N: usize>(
+    k: K,
+    row: &mut [f32],
+    scale: f32,
+    run: &[(u32, u32)],
+    weights: &[f32],
+    u_rows: &[f32],
+    u_delta: &mut [f32],
+) {
+    let cols = row.len();
+    let mut dv = [k.lanes_zero(); 4];
+    for &(t, p) in run {
+        let (g, p) = (weights[t as usize], p as usize * N);
+        for (d, r) in u_delta[p..p + cols].iter_mut().zip(&*row) {
+            *d += g * r;
+        }
+        let ur = &u_rows[p..p + N];
+        for (c, acc) in dv.iter_mut().enumerate().take(N / LANES) {
+            let x: &[f32; LANES] = ur[c * LANES..(c + 1) * LANES]
+                .try_into()
+                .expect("16 floats");
+            *acc = k.lanes_axpy(*acc, g, x);
+        }
+    }
+    // scale · Δv, exact when the scale is 1
+    let mut out = [0.0f32; N];
+    for (c, acc) in dv.iter().enumerate().take(N / LANES) {
+        let o: &mut [f32; LANES] = (&mut out[c * LANES..(c + 1) * LANES])
+            .try_into()
+            .expect("16 floats");
+        k.lanes_store(*acc, o);
+    }
+    for (r, d) in row.iter_mut().zip(&out) {
+        *r += scale * d;
+    }
 }
 
 /// One output row's updates: per dot product of its `run`, Δu of the input
 /// position += G·v(x) and Δv(x) += G·u(w_I); then v(x) += `scale`·Δv(x).
+/// Scratch rows (`u_rows`, `u_delta`) are `v_delta.len()` floats apart: the
+/// columns, or the split loops' padded stride.
 #[allow(clippy::too_many_arguments, reason = "the loops' state, spelled out")]
 #[inline(always)]
 fn update_row<K: Simd>(
@@ -219,20 +310,21 @@ fn update_row<K: Simd>(
     u_delta: &mut [f32],
     v_delta: &mut [f32],
 ) {
-    let cols = row.len();
+    let (cols, stride) = (row.len(), v_delta.len());
     v_delta.fill(0.0);
     for &(t, p) in run {
-        let (g, p) = (weights[t as usize], p as usize);
-        k.axpy(g, row, &mut u_delta[p * cols..(p + 1) * cols]);
-        k.axpy(g, &u_rows[p * cols..(p + 1) * cols], v_delta);
+        let (g, p) = (weights[t as usize], p as usize * stride);
+        k.axpy(g, row, &mut u_delta[p..p + cols]);
+        k.axpy(g, &u_rows[p..p + stride], v_delta);
     }
     // scale · Δv, exact when the scale is 1
-    k.axpy(scale, &*v_delta, row);
+    k.axpy(scale, &v_delta[..cols], row);
 }
 
 /// u(w) += s·Δu for every input row written, after all rows: skip-gram,
 /// each position's word; CBOW, each of its context words, each getting the
-/// position's whole Δu (as word2vec and gensim's `cbow_mean` do).
+/// position's whole Δu (as word2vec and gensim's `cbow_mean` do). Each
+/// position's Δu is the first columns of its `stride` floats.
 #[inline(always)]
 fn add_input_deltas(
     u: &HogwildMatrix,
@@ -240,14 +332,16 @@ fn add_input_deltas(
     contexts: Option<Contexts<'_>>,
     u_delta: &mut [f32],
     input_scale: &[f32],
+    stride: usize,
 ) {
     let cols = u.cols();
     let Some(Contexts { counts, words }) = contexts else {
         for ((&w_in, delta), &scale) in inputs
             .iter()
-            .zip(u_delta.chunks_exact_mut(cols))
+            .zip(u_delta.chunks_exact_mut(stride))
             .zip(input_scale)
         {
+            let delta = &mut delta[..cols];
             if scale != 1.0 {
                 delta.iter_mut().for_each(|d| *d *= scale);
             }
@@ -256,7 +350,8 @@ fn add_input_deltas(
         return;
     };
     let mut e = 0;
-    for (&c, delta) in counts.iter().zip(u_delta.chunks_exact(cols)) {
+    for (&c, delta) in counts.iter().zip(u_delta.chunks_exact(stride)) {
+        let delta = &delta[..cols];
         for &w in &words[e..e + c as usize] {
             // s·d is exactly d when the scale is 1
             let s = input_scale[e];
@@ -312,6 +407,7 @@ macro_rules! fused_body {
             plan,
             groups,
             u_rows,
+            stride,
         } = $work;
         let FusedSteps {
             alphas,
@@ -325,7 +421,8 @@ macro_rules! fused_body {
             ends,
         } = $steps;
         let a = Portable; // as in adjust_loop
-        read_input_rows(u, inputs, contexts, u_rows);
+        debug_assert_eq!(stride, u.cols(), "the fused loop reads unpadded rows");
+        read_input_rows(u, inputs, contexts, u_rows, stride);
         let u_rows = &*u_rows;
         // Per row, in one hold of its lock: its dot products, their
         // weights, its updates. (Two holds, one for the dots and one for the
@@ -343,7 +440,7 @@ macro_rules! fused_body {
                 update_row(a, row, scale, run, weights, u_rows, u_delta, v_delta)
             });
         }
-        add_input_deltas(u, inputs, contexts, u_delta, input_scale);
+        add_input_deltas(u, inputs, contexts, u_delta, input_scale, stride);
     }};
 }
 

@@ -8,6 +8,7 @@ use crate::hogwild::{HogwildMatrix, Siblings};
 use crate::loops::{adjust_loop, dotprod_loop, Contexts, Steps, Work};
 use crate::plan::Plan;
 use colonnade_common::init::init_input_row;
+use colonnade_common::kernels::padded;
 use colonnade_common::model::{Matrix, ShardSpec};
 use colonnade_common::sampler::NegativeSampler;
 use colonnade_proto::domain::invalid_argument as invalid;
@@ -66,12 +67,18 @@ pub(crate) struct StepScratch<'a> {
 
 impl Scratch {
     /// The buffers of a call that steps rows of `cols` columns for `inputs`
-    /// input positions (a fused call sizes `weights` first).
-    pub(crate) fn for_steps(&mut self, inputs: usize, cols: usize) -> StepScratch<'_> {
+    /// input positions (a fused call sizes `weights` first), each position's
+    /// u row and Δu `stride` floats apart; Δv holds `v_delta` floats.
+    pub(crate) fn for_steps(
+        &mut self,
+        inputs: usize,
+        stride: usize,
+        v_delta: usize,
+    ) -> StepScratch<'_> {
         StepScratch {
-            u_rows: self.u_rows.lend(inputs * cols, false),
-            u_delta: self.u_delta.lend(inputs * cols, true),
-            v_delta: self.v_delta.lend(cols, false),
+            u_rows: self.u_rows.lend(inputs * stride, false),
+            u_delta: self.u_delta.lend(inputs * stride, true),
+            v_delta: self.v_delta.lend(v_delta, false),
             weights: &mut self.weights,
         }
     }
@@ -278,12 +285,11 @@ impl Model {
         dots: &mut Vec<f32>,
     ) -> Result<(), ShardError> {
         self.check_plan(plan)?;
-        let u_rows = scratch
-            .u_rows
-            .lend(plan.inputs.len() * self.spec.cols(), false);
+        let stride = padded(self.spec.cols());
+        let u_rows = scratch.u_rows.lend(plan.inputs.len() * stride, false);
         dots.clear();
         dots.resize(plan.len(), 0.0);
-        dotprod_loop(work(&self.u, &self.v, plan, u_rows), dots);
+        dotprod_loop(work(&self.u, &self.v, plan, u_rows, stride), dots);
         self.stats.dotprod_calls.fetch_add(1, Relaxed);
         Ok(())
     }
@@ -313,15 +319,17 @@ impl Model {
                 weights[i]
             )));
         }
-        let cols = self.spec.cols();
+        // The split loops' scratch rows are zero-padded to whole 16-float
+        // chunks (see `crate::loops::dotprod_loop`), and so is Δv.
+        let stride = padded(self.spec.cols());
         let StepScratch {
             u_rows,
             u_delta,
             v_delta,
             ..
-        } = s.for_steps(plan.inputs.len(), cols);
+        } = s.for_steps(plan.inputs.len(), stride, stride);
         adjust_loop(
-            work(&self.u, &self.v, plan, u_rows),
+            work(&self.u, &self.v, plan, u_rows, stride),
             Steps {
                 weights,
                 input_scale: &plan.input_scale,
@@ -393,6 +401,7 @@ pub(crate) fn work<'a>(
     v: &'a HogwildMatrix,
     plan: &'a Plan,
     u_rows: &'a mut [f32],
+    stride: usize,
 ) -> Work<'a> {
     Work {
         u,
@@ -405,6 +414,7 @@ pub(crate) fn work<'a>(
         plan: &plan.plan,
         groups: &plan.groups,
         u_rows,
+        stride,
     }
 }
 

@@ -130,6 +130,11 @@ pub struct Plan {
     /// second buffer.
     keys: Vec<u64>,
     keys_tmp: Vec<u64>,
+    /// Per example: its positive word and input position, side by side (the
+    /// deal reads both at scattered examples).
+    example_info: Vec<(u32, u32)>,
+    /// The negatives in wire order: (row, input position).
+    negatives: Vec<(u32, u32)>,
     /// The dot products sorted by output row, each as (wire index, input
     /// position).
     pub(crate) plan: Vec<(u32, u32)>,
@@ -230,9 +235,9 @@ impl Plan {
     }
 
     /// Groups the call's dot products by output row into `plan` and
-    /// `groups`, with each one's wire index and α: the positives sorted by
-    /// row, merged with the negatives as the sample yields them (already in
-    /// row order), each dealt to its example.
+    /// `groups`, with each one's wire index and α: the negatives as the
+    /// sample yields them (already in row order), each dealt to its example,
+    /// then merged with the positives sorted by row.
     fn group(&mut self, sampler: &NegativeSampler, negative: usize) {
         let examples = self.positives.len();
         self.keys.clear();
@@ -244,63 +249,103 @@ impl Plan {
         );
         // A stable radix sort on the row alone: ties keep example order.
         sort_by_row(&mut self.keys, &mut self.keys_tmp);
+        // The positives' α are set by `merge`, the negatives' pushed by
+        // `deal_negatives`.
+        self.alphas.clear();
+        self.alphas.resize(examples, 0.0);
+        self.deal_negatives(sampler, negative);
+        // (The walk yields every point: this only keeps the α in step with
+        // the plan's length should it not.)
+        self.alphas.resize(examples * (negative + 1), 0.0);
+        self.merge();
+    }
+
+    /// The call's negatives in wire order into `negatives` (row, input
+    /// position) and their α into `alphas`: band k's j-th point of the
+    /// sample goes to example (g_k·j + h_k) mod E. The examples a band
+    /// visits are scattered over the call, so each one's positive and
+    /// position are read from one packed array, prefetched a few steps
+    /// ahead.
+    fn deal_negatives(&mut self, sampler: &NegativeSampler, negative: usize) {
+        const AHEAD: u64 = 16;
+        let examples = self.positives.len();
+        self.example_info.clear();
+        self.example_info.extend(
+            self.positives
+                .iter()
+                .zip(&self.example_position)
+                .map(|(&w, &p)| (w, p)),
+        );
+        self.negatives.clear();
+        self.negatives.reserve(examples * negative);
+        if examples == 0 {
+            return;
+        }
         let deal = Deal::new(self.seed, examples as u64, negative as u32, sampler.total());
         let mut words = sampler.walk((examples * negative) as u64, deal.offset);
-        let (keys, positives, example_position) =
-            (&self.keys, &self.positives, &self.example_position);
-        let position_alpha = &self.position_alpha;
-        let (plan, groups, alphas) = (&mut self.plan, &mut self.groups, &mut self.alphas);
-        plan.clear();
-        groups.clear();
-        alphas.clear();
-        alphas.resize(examples * (negative + 1), 0.0);
-        let mut row_of_run: Option<u32> = None;
-        let mut push = |row: u32, wire: usize, p: u32, plan: &mut Vec<(u32, u32)>| {
-            if row_of_run != Some(row) {
-                if let Some(r) = row_of_run {
-                    groups.push((r, plan.len() as u32));
-                }
-                row_of_run = Some(row);
-            }
-            plan.push((wire as u32, p));
-        };
-        let mut next_positive = keys.iter().peekable();
-        let mut wire = examples;
+        let (info, position_alpha) = (&self.example_info[..], &self.position_alpha[..]);
+        let (negatives, alphas) = (&mut self.negatives, &mut self.alphas);
+        alphas.reserve(examples * negative);
+        let e_count = examples as u64;
         for &(g, h) in &deal.bands {
-            let (g, mut e) = (g as usize, h as usize);
+            let (mut e, mut ahead) = (h, (h + AHEAD % e_count * g % e_count) % e_count);
             for _ in 0..examples {
                 let Some(row) = words.next() else { break };
-                while let Some(&&key) = next_positive.peek() {
-                    if (key >> 32) as u32 > row {
-                        break;
-                    }
-                    let ex = key as u32 as usize;
-                    let p = example_position[ex];
-                    alphas[ex] = position_alpha[p as usize];
-                    push((key >> 32) as u32, ex, p, plan);
-                    next_positive.next();
-                }
-                let p = example_position[e];
-                if row != positives[e] {
-                    alphas[wire] = position_alpha[p as usize];
-                }
-                push(row, wire, p, plan);
-                wire += 1;
+                colonnade_common::kernels::prefetch(info.as_ptr().wrapping_add(ahead as usize));
+                let (positive, p) = info[e as usize];
+                // A negative equal to its example's positive updates nothing.
+                alphas.push(if row != positive {
+                    position_alpha[p as usize]
+                } else {
+                    0.0
+                });
+                negatives.push((row, p));
                 e += g;
-                if e >= examples {
-                    e -= examples;
+                if e >= e_count {
+                    e -= e_count;
+                }
+                ahead += g;
+                if ahead >= e_count {
+                    ahead -= e_count;
                 }
             }
         }
-        for &key in next_positive {
-            let ex = key as u32 as usize;
-            let p = example_position[ex];
+    }
+
+    /// Merges the positives (sorted by row, ties in example order) before
+    /// the negatives of each row into `plan` (wire index, input position),
+    /// and cuts it into runs of one row (`groups`); sets the positives' α.
+    fn merge(&mut self) {
+        let examples = self.positives.len();
+        let (keys, negatives) = (&self.keys[..], &self.negatives[..]);
+        let (info, position_alpha) = (&self.example_info[..], &self.position_alpha[..]);
+        let alphas = &mut self.alphas;
+        self.plan.clear();
+        self.groups.clear();
+        self.plan.reserve(keys.len() + negatives.len());
+        let mut out = Runs {
+            run: u64::MAX,
+            plan: &mut self.plan,
+            groups: &mut self.groups,
+        };
+        let mut positives = keys.iter().map(|&k| ((k >> 32) as u32, k as u32 as usize));
+        let mut next = positives.next();
+        for (j, &(row, p)) in negatives.iter().enumerate() {
+            while let Some((r, ex)) = next.filter(|&(r, _)| r <= row) {
+                let p = info[ex].1;
+                alphas[ex] = position_alpha[p as usize];
+                out.push(r, ex, p);
+                next = positives.next();
+            }
+            out.push(row, examples + j, p);
+        }
+        while let Some((r, ex)) = next {
+            let p = info[ex].1;
             alphas[ex] = position_alpha[p as usize];
-            push((key >> 32) as u32, ex, p, plan);
+            out.push(r, ex, p);
+            next = positives.next();
         }
-        if let Some(r) = row_of_run {
-            groups.push((r, plan.len() as u32));
-        }
+        out.finish();
     }
 
     /// Whether this plan was drawn for the call `mbs` on a model with
@@ -351,7 +396,10 @@ impl Plan {
             + self.positives.capacity()
             + self.example_position.capacity();
         let u64s = self.keys.capacity() + self.keys_tmp.capacity() + self.input_keys.capacity();
-        let pairs = self.plan.capacity() + self.groups.capacity();
+        let pairs = self.plan.capacity()
+            + self.groups.capacity()
+            + self.example_info.capacity()
+            + self.negatives.capacity();
         let f32s =
             self.input_scale.capacity() + self.position_alpha.capacity() + self.alphas.capacity();
         u32s * 4
@@ -385,10 +433,15 @@ impl Plan {
     }
 
     /// The weights G of the call from its scaled weights (G ÷ α, wire
-    /// order, as they travel), into `out`: each times its α in the plan.
-    pub fn weights(&self, scaled: &[f32], out: &mut Vec<f32>) {
+    /// order, as they travel), into `out`: each times its α in the plan;
+    /// `seen` sees every scaled weight on the way (the caller's checks,
+    /// in the same pass).
+    pub fn weights(&self, scaled: &[f32], out: &mut Vec<f32>, mut seen: impl FnMut(f32)) {
         out.clear();
-        out.extend(scaled.iter().zip(&self.alphas).map(|(&g, &a)| a * g));
+        out.extend(scaled.iter().zip(&self.alphas).map(|(&g, &a)| {
+            seen(g);
+            a * g
+        }));
     }
 
     /// The output row of every dot product, in wire order (for tests and
@@ -403,6 +456,33 @@ impl Plan {
             at = end as usize;
         }
         rows
+    }
+}
+
+/// A plan being cut into runs of one row, as its entries come in row order.
+struct Runs<'a> {
+    /// The row of the run being built (`u64::MAX` before the first entry).
+    run: u64,
+    plan: &'a mut Vec<(u32, u32)>,
+    groups: &'a mut Vec<(u32, u32)>,
+}
+
+impl Runs<'_> {
+    #[inline(always)]
+    fn push(&mut self, row: u32, wire: usize, p: u32) {
+        if u64::from(row) != self.run {
+            if self.run != u64::MAX {
+                self.groups.push((self.run as u32, self.plan.len() as u32));
+            }
+            self.run = u64::from(row);
+        }
+        self.plan.push((wire as u32, p));
+    }
+
+    fn finish(self) {
+        if self.run != u64::MAX {
+            self.groups.push((self.run as u32, self.plan.len() as u32));
+        }
     }
 }
 

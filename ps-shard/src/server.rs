@@ -5,7 +5,7 @@ use crate::registry::ShardCore;
 use crate::service::ShardService;
 use colonnade_proto::v1::shard_server::ShardServer;
 use colonnade_proto::MAX_MESSAGE_BYTES;
-use colonnade_setup::channel::{HTTP2_CONNECTION_WINDOW, HTTP2_STREAM_WINDOW};
+use colonnade_setup::channel::{HTTP2_CONNECTION_WINDOW, HTTP2_MAX_FRAME, HTTP2_STREAM_WINDOW};
 use colonnade_setup::Tokens;
 use std::future::Future;
 use std::net::SocketAddr;
@@ -109,6 +109,7 @@ pub async fn serve(
         .tcp_nodelay(true)
         .initial_stream_window_size(HTTP2_STREAM_WINDOW)
         .initial_connection_window_size(HTTP2_CONNECTION_WINDOW)
+        .max_frame_size(HTTP2_MAX_FRAME)
         .layer(crate::observe::CallLayer)
         .add_service(health)
         .add_service(shard)

@@ -325,10 +325,16 @@ fn decode_call(
     Ok((model, key))
 }
 
-/// Decodes a call's scaled weights into `scaled`, checking their number
-/// against `plan` and their values (a scaled weight is 1 − σ(F) or −σ(F):
-/// within [−1, 1]).
-fn check_weights(raw: &[u8], plan: &Plan, scaled: &mut Vec<f32>) -> Result<(), ShardError> {
+/// Decodes a call's scaled weights into `scaled` and its weights G (each
+/// times its α in `plan`) into `weights`, checking their number against
+/// `plan` and their values (a scaled weight is 1 − σ(F) or −σ(F): within
+/// [−1, 1]) in the same pass.
+fn weights_of(
+    raw: &[u8],
+    plan: &Plan,
+    scaled: &mut Vec<f32>,
+    weights: &mut Vec<f32>,
+) -> Result<(), ShardError> {
     decode_f16_scaled_into("scaled_weights", raw, 1.0, scaled)?;
     if scaled.len() != plan.len() {
         return Err(ShardError::InvalidArgument(format!(
@@ -338,7 +344,11 @@ fn check_weights(raw: &[u8], plan: &Plan, scaled: &mut Vec<f32>) -> Result<(), S
             plan.len()
         )));
     }
-    if let Some(i) = scaled.iter().position(|x| x.is_nan() || x.abs() > 1.0) {
+    let mut outside = false;
+    let within = |g: f32| g.abs() <= 1.0; // false for NaN too
+    plan.weights(scaled, weights, |g| outside |= !within(g));
+    if outside {
+        let i = scaled.iter().position(|&x| !within(x)).unwrap_or_default();
         return Err(ShardError::InvalidArgument(format!(
             "field `scaled_weights`: weight {i} is {}, outside [-1, 1] (1 − σ(F) or −σ(F))",
             scaled[i]
@@ -482,10 +492,8 @@ impl Shard for ShardService {
             };
             // Everything is checked before any row changes: the weights'
             // number and values.
-            let applied = check_weights(&raw, &plan, &mut b.scaled).and_then(|()| {
-                plan.weights(&b.scaled, &mut b.weights);
-                model.adjust(&plan, &b.weights, &mut b.scratch)
-            });
+            let applied = weights_of(&raw, &plan, &mut b.scaled, &mut b.weights)
+                .and_then(|()| model.adjust(&plan, &b.weights, &mut b.scratch));
             cache.recycle(plan);
             applied
         })

@@ -79,9 +79,9 @@ impl WholeVectors {
             u_delta,
             v_delta,
             weights,
-        } = s.for_steps(plan.inputs.len(), cols);
+        } = s.for_steps(plan.inputs.len(), cols, cols);
         fused_loop(
-            work(&self.u, &self.v, plan, u_rows),
+            work(&self.u, &self.v, plan, u_rows, cols),
             FusedSteps {
                 alphas: &plan.alphas,
                 positives: plan.examples(),
@@ -108,7 +108,7 @@ mod tests {
     use super::*;
     use crate::fixture::{minibatch, snapshot, spec, COUNTS};
     use crate::hogwild::Siblings;
-    use colonnade_common::model::Objective;
+    use colonnade_common::model::{Objective, ShardSpec};
     use colonnade_common::sgns::sigmoid;
     use std::ops::Range;
 
@@ -162,13 +162,34 @@ mod tests {
                     colonnade_common::sgns::wire_scaled_weight(g)
                 })
                 .collect();
-            p.weights(&scaled, &mut weights);
+            p.weights(&scaled, &mut weights, |_| ());
             for m in split {
                 m.adjust(&p, &weights, &mut s).expect("adjust");
             }
             assert_eq!(joined_state(), split_state(), "step {seed}: model");
         }
         assert!(split_state() != before, "the steps changed the model");
+    }
+
+    /// Shards of `ranges` (specs from `spec_of`) twice: sharing rows as
+    /// in-process siblings, and each with rows of its own.
+    fn shared_and_own(
+        ranges: &[Range<u32>],
+        spec_of: impl Fn(&Range<u32>) -> ShardSpec,
+    ) -> (Vec<Arc<Model>>, Vec<Model>) {
+        let siblings = Siblings::default();
+        let shared = ranges
+            .iter()
+            .map(|r| {
+                let counts: Arc<[u64]> = COUNTS.into();
+                Arc::new(Model::initial_in(spec_of(r), counts, 0, Some(&siblings)).expect("model"))
+            })
+            .collect();
+        let own = ranges
+            .iter()
+            .map(|r| Model::new(spec_of(r), &COUNTS).expect("model"))
+            .collect();
+        (shared, own)
     }
 
     #[test]
@@ -215,6 +236,36 @@ mod tests {
         );
     }
 
+    /// Widths the split loops pad to different strides (100 columns: 112,
+    /// read at run time; 25, 35 and 40: 32 and 48, fixed-size): the fused
+    /// loop's masked dot products and unpadded rows give bit for bit what
+    /// the split loops give on padded ones.
+    #[test]
+    fn fused_step_on_padded_widths_is_the_split_step_bit_for_bit() {
+        let wide = |r: Range<u32>| {
+            let mut s = spec(r);
+            s.model.dim = 100;
+            s
+        };
+        let whole = || Model::new(wide(0..100), &COUNTS).expect("model");
+        let joined = WholeVectors::of(&[Arc::new(whole())]).expect("one shard holds whole vectors");
+        fused_matches_split(&joined, &[whole()], false);
+        let ranges = [0..25u32, 25..60, 60..100];
+        for cbow in [false, true] {
+            let spec_of = |r: &Range<u32>| {
+                let mut s = wide(r.clone());
+                s.model.objective = Objective::from_cbow(cbow);
+                s
+            };
+            let (shared, own) = shared_and_own(&ranges, spec_of);
+            fused_matches_split(
+                &WholeVectors::of(&shared).expect("side by side"),
+                &own,
+                cbow,
+            );
+        }
+    }
+
     /// In-process shards sharing rows step a minibatch fused, bit for bit
     /// what shards of their own give call by call (skip-gram and CBOW).
     #[test]
@@ -226,21 +277,8 @@ mod tests {
                 s.model.objective = Objective::from_cbow(cbow);
                 s
             };
-            let siblings = Siblings::default();
-            let shared: Vec<Arc<Model>> = ranges
-                .iter()
-                .map(|r| {
-                    let counts: Arc<[u64]> = COUNTS.into();
-                    Arc::new(
-                        Model::initial_in(with_cbow(r), counts, 0, Some(&siblings)).expect("model"),
-                    )
-                })
-                .collect();
+            let (shared, own) = shared_and_own(&ranges, with_cbow);
             assert!(shared[1].u.same_rows(&shared[0].u), "the shards share rows");
-            let own: Vec<Model> = ranges
-                .iter()
-                .map(|r| Model::new(with_cbow(r), &COUNTS).expect("model"))
-                .collect();
             let joined = WholeVectors::of(&shared).expect("side by side");
             fused_matches_split(&joined, &own, cbow);
             // Out of order, or with a shard of its own, they are not joined.

@@ -82,6 +82,7 @@ impl Connector {
             // window; fixed large windows save the WINDOW_UPDATE round trips.
             .initial_stream_window_size(HTTP2_STREAM_WINDOW)
             .initial_connection_window_size(HTTP2_CONNECTION_WINDOW)
+            .max_frame_size(HTTP2_MAX_FRAME)
             // A shard that stops answering (SIGSTOP, a partition) is noticed
             // within ~KEEPALIVE × 2 even while no call is in flight.
             .http2_keep_alive_interval(KEEPALIVE)
@@ -155,6 +156,10 @@ fn status_text(status: &tonic::Status) -> String {
 /// server, per stream (call) and per connection: room for the largest
 /// training call in flight without waiting for a window update.
 pub const HTTP2_STREAM_WINDOW: u32 = 8 << 20;
+/// The largest HTTP/2 frame either side accepts: a call's dot products
+/// (hundreds of KB) then travel in a few frames instead of one per 16 KiB,
+/// the default.
+pub const HTTP2_MAX_FRAME: u32 = 1 << 20;
 pub const HTTP2_CONNECTION_WINDOW: u32 = 32 << 20;
 
 /// HTTP/2 keepalive ping interval and timeout of every channel to a shard.
