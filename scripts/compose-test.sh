@@ -149,12 +149,11 @@ export COLONNADE_ITER=${COLONNADE_ITER:-2}
 export COLONNADE_CHECKPOINT_INTERVAL=${COLONNADE_CHECKPOINT_INTERVAL:-2}
 kill_shard=${COLONNADE_TEST_KILL_SHARD:-1}
 export COLONNADE_MIN_COUNT=${COLONNADE_MIN_COUNT:-5}
-# word2vec's default --sample 1e-3 keeps the frequent words of this 2M-word
-# slice (21K-word vocabulary) so often that 2 workers at 16 minibatches in
-# flight diverged (once in CI, once in ten runs outside docker: the rows of
-# "the", "of" take stale steps from every minibatch in flight); 1e-4, as
-# every benchmark here uses, thins them out.
-export COLONNADE_SAMPLE=${COLONNADE_SAMPLE:-1e-4}
+# word2vec's default --sample 1e-3 (deploy/compose/.env): it once made 2
+# workers at 16 minibatches in flight diverge on this 2M-word slice, before
+# the shards scaled steps by the calls pending on a row (docs/design.md,
+# "Staleness across calls in flight").
+export COLONNADE_SAMPLE=${COLONNADE_SAMPLE:-1e-3}
 export COLONNADE_THREADS=${COLONNADE_THREADS:-2}
 export COLONNADE_SHARD_THREADS=${COLONNADE_SHARD_THREADS:-1}
 export COLONNADE_SHARD_MEM_LIMIT=${COLONNADE_SHARD_MEM_LIMIT:-1g}

@@ -80,8 +80,31 @@ pub struct Worker {
 
 /// One shard's view of the model.
 struct Seen {
+    endpoint: String,
     persistent: bool,
     model: Option<ModelStatus>,
+}
+
+/// Which state a worker starts training from (see [`Cluster::reconcile`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Begin {
+    /// The state the shards hold (the usual start, and after a failure).
+    Resume,
+    /// The newest checkpoint every shard holds (`--rollback`).
+    Rollback,
+    /// The initial state, checkpoints dropped (`--restart`).
+    Restart,
+}
+
+impl Begin {
+    /// From the `--restart` and `--rollback` flags (`--restart` wins).
+    pub fn from_flags(restart: bool, rollback: bool) -> Self {
+        match (restart, rollback) {
+            (true, _) => Self::Restart,
+            (false, true) => Self::Rollback,
+            (false, false) => Self::Resume,
+        }
+    }
 }
 
 /// Whether training can recover from `e` by reconciling with the shards: a
@@ -91,6 +114,9 @@ pub fn recoverable(e: &anyhow::Error) -> bool {
     let Some(call) = e.downcast_ref::<CallError>() else {
         return false;
     };
+    if call.is_divergence() {
+        return false;
+    }
     use tonic::Code;
     !matches!(
         call.code,
@@ -388,6 +414,7 @@ impl Cluster {
                             waiting.push(format!("{} (loading its checkpoints)", shard.endpoint));
                         }
                         seen.push(Seen {
+                            endpoint: shard.endpoint.clone(),
                             persistent: r.persistent,
                             model: r
                                 .models
@@ -424,8 +451,10 @@ impl Cluster {
     }
 
     /// Brings every shard to one state of the model and says where `worker`
-    /// resumes. `restart`: roll every shard back to the initial state
-    /// (drops the checkpoints). `failed`: the lineage this worker was
+    /// resumes. `begin`: resume the state the shards hold, roll it back to
+    /// the newest checkpoint all shards hold, or restart from the initial
+    /// state (drops the checkpoints). A state marked diverged is refused
+    /// unless rolled back or restarted. `failed`: the lineage this worker was
     /// training when a call failed; if the shards still agree on it, the
     /// state may hold a minibatch applied on some shards only (or applied
     /// late by a shard that was not answering), so it is rolled back to the
@@ -435,14 +464,15 @@ impl Cluster {
     pub async fn reconcile(
         &self,
         worker: Worker,
-        restart: bool,
+        begin: Begin,
         failed: Option<u64>,
         keep_on_failure: bool,
         retry: Duration,
     ) -> anyhow::Result<Session> {
         let model = self.model()?;
         let deadline = Instant::now() + retry;
-        let mut restart = restart;
+        let mut restart = begin == Begin::Restart;
+        let mut rollback = begin == Begin::Rollback;
         let mut failed = failed;
         let mut restored = false;
         for _round in 0..20 {
@@ -465,7 +495,29 @@ impl Cluster {
                 && !(lineages.contains(&0) && trained > 0 && trained < models.len());
             let suspect =
                 consistent && !keep_on_failure && failed.is_some_and(|l| lineages.contains(&l));
-            if consistent && !restart && !suspect {
+            let diverged = seen.iter().find_map(|s| {
+                s.model
+                    .as_ref()
+                    .filter(|m| !m.diverged.is_empty())
+                    .map(|m| (s, m))
+            });
+            if let Some((s, m)) = diverged.filter(|_| !restart && !rollback) {
+                bail!(
+                    "shard {} refuses to train model {:016x}: training diverged on it ({}). Give \
+                     --rollback to roll every shard back to the newest checkpoint they all hold \
+                     (version {common}{}), or --restart to start over; either with a lower \
+                     --alpha, more --sample or fewer minibatches in flight",
+                    s.endpoint,
+                    m.model_fingerprint,
+                    m.diverged,
+                    if common == 0 {
+                        ": none, so the initial state"
+                    } else {
+                        ""
+                    }
+                );
+            }
+            if consistent && !restart && !rollback && !suspect {
                 let (position, finished) = position_in(&models, common, worker)?;
                 return Ok(Session {
                     lineage: models[0].lineage,
@@ -480,6 +532,8 @@ impl Cluster {
             let lineage = next_lineage(model.fingerprint, target, &lineages);
             let why = if restart {
                 "--restart".to_string()
+            } else if rollback {
+                "--rollback".to_string()
             } else if suspect {
                 "a call failed: the last minibatches may be applied on some shards only".to_string()
             } else {
@@ -508,6 +562,7 @@ impl Cluster {
                 }
             }
             restart = false;
+            rollback = false;
             failed = None;
             restored = true;
         }

@@ -97,6 +97,8 @@ pub struct GrpcShards {
     wire: Vec<v1::Minibatch>,
     wire_ids: Vec<(MinibatchId, u64)>,
     call: Option<v1::CallRef>,
+    /// A divergence to report with the next adjust.
+    diverged: Option<String>,
     sent: u64,
     received: u64,
 }
@@ -113,6 +115,7 @@ impl GrpcShards {
             wire: Vec::new(),
             wire_ids: Vec::new(),
             call: None,
+            diverged: None,
             sent: 0,
             received: 0,
         }
@@ -208,6 +211,7 @@ impl ModelShards for GrpcShards {
             wire: Vec::new(),
             wire_ids: Vec::new(),
             call: None,
+            diverged: None,
             sent: 0,
             received: 0,
         }
@@ -282,15 +286,18 @@ impl ModelShards for GrpcShards {
                     .zip(mbs)
                     .all(|(&(id, seed), mb)| id == mb.id && seed == mb.seed)
         });
+        let diverged = self.diverged.take().unwrap_or_default();
         let named = AdjustRequest {
             minibatches: Vec::new(),
             scaled_weights: scaled_weights.clone(),
             call: same_call,
+            diverged: diverged.clone(),
         };
         let full = |shards: &Self| AdjustRequest {
             minibatches: shards.wire(mbs),
             scaled_weights: scaled_weights.clone(),
             call: None,
+            diverged: diverged.clone(),
         };
         let req = if same_call.is_some() {
             named
@@ -337,6 +344,10 @@ impl ModelShards for GrpcShards {
         }
         self.call = None;
         Ok(())
+    }
+
+    fn note_divergence(&mut self, why: &str) {
+        self.diverged = Some(why.to_owned());
     }
 
     fn wire_bytes(&self) -> (u64, u64) {

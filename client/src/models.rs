@@ -71,6 +71,9 @@ pub struct ModelInfo {
     /// Checkpoint versions on this shard's disk.
     pub checkpoints: Vec<u64>,
     pub checkpoint_error: String,
+    /// Why the shard marked the model diverged (empty: it did not); it
+    /// refuses training calls until a rollback or restart.
+    pub diverged: String,
 }
 
 #[derive(Debug, Serialize)]
@@ -105,6 +108,7 @@ impl From<&ModelStatus> for ModelInfo {
             base_version: m.base_version,
             checkpoints: m.checkpoints.iter().map(|c| c.version).collect(),
             checkpoint_error: m.checkpoint_error.clone(),
+            diverged: m.diverged.clone(),
         }
     }
 }
@@ -201,6 +205,13 @@ pub fn table(shards: &[ShardModels]) -> String {
                 m.adjust_calls,
                 m.pairs_adjusted
             );
+            if !m.diverged.is_empty() {
+                let _ = writeln!(
+                    s,
+                    "    DIVERGED: {} (training refused until `train --rollback` or `--restart`)",
+                    m.diverged
+                );
+            }
         }
     }
     s

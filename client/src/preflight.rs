@@ -174,24 +174,26 @@ mod tests {
     #[test]
     fn shard_bytes_follow_the_readme_formula() {
         // 2 matrices × V × (cols·4 + 4 bytes of row lock) + 8·V sampler
-        // bytes + 8·V of counts.
+        // bytes + 8·V of counts + 8·V of pending counts.
         let v = 1000u64;
         let per = shard_bytes(&spec(v, 10), 3);
         let cols = [3u64, 3, 4];
         for (b, c) in per.iter().zip(cols) {
-            assert_eq!(*b, 2 * v * (c * 4 + 4) + 16 * v);
+            assert_eq!(*b, 2 * v * (c * 4 + 4) + 24 * v);
         }
         // Rows of 128 and 32 columns fill whole cache lines and keep 1-byte
         // locks apart; 25 and 100 columns are packed with a 4-byte slot.
-        assert_eq!(shard_bytes(&spec(v, 128), 1), [2 * v * 513 + 16 * v]);
+        assert_eq!(shard_bytes(&spec(v, 128), 1), [2 * v * 513 + 24 * v]);
         assert_eq!(
             shard_bytes(&spec(v, 128), 4),
-            [2 * v * 129 + 16 * v; 4].to_vec()
+            [2 * v * 129 + 24 * v; 4].to_vec()
         );
         assert_eq!(
             shard_bytes(&spec(v, 100), 4),
-            [2 * v * 104 + 16 * v; 4].to_vec()
+            [2 * v * 104 + 24 * v; 4].to_vec()
         );
+        // Embedded shards step fused and never touch their pending counts
+        // (pages the kernel never maps in).
         assert_eq!(embedded_bytes(&spec(v, 128), 4), 2 * v * 513 + 64 * v);
         assert_eq!(embedded_bytes(&spec(v, 100), 4), 2 * v * 404 + 64 * v);
     }
@@ -201,11 +203,16 @@ mod tests {
         // The sum over shards, less the 8·V bytes of row locks each shard
         // beyond the first would hold on its own.
         let v = 1000u64;
+        // (and the 8·V of pending counts each, which the fused steps of
+        // embedded shards never touch).
         let separate: u64 = shard_bytes(&spec(v, 10), 3).iter().sum();
-        assert_eq!(embedded_bytes(&spec(v, 10), 3), separate - 2 * 8 * v);
+        assert_eq!(
+            embedded_bytes(&spec(v, 10), 3),
+            separate - 2 * 8 * v - 3 * 8 * v
+        );
         assert_eq!(
             embedded_bytes(&spec(v, 10), 1),
-            shard_bytes(&spec(v, 10), 1)[0]
+            shard_bytes(&spec(v, 10), 1)[0] - 8 * v
         );
     }
 

@@ -5,7 +5,7 @@
 
 use crate::checkpointer::GrpcCheckpointer;
 use crate::cli::train::{check_outputs, minibatches_per_call, validate, TrainArgs};
-use crate::cluster::{recoverable, Cluster, Session, Worker};
+use crate::cluster::{recoverable, Begin, Cluster, Session, Worker};
 use crate::preflight::{available_memory, check_corpus, embedded_bytes, human_bytes, shard_bytes};
 use crate::stream::Source;
 use crate::train::{report, train, NoCheckpoints, Progress, Tracker, TrainParams, TrainSummary};
@@ -213,7 +213,13 @@ async fn train_with_recovery(
         count: args.num_workers,
     };
     let mut session = cluster
-        .reconcile(worker, args.restart, None, false, retry)
+        .reconcile(
+            worker,
+            Begin::from_flags(args.restart, args.rollback),
+            None,
+            false,
+            retry,
+        )
         .await?;
     let interval = match args.checkpoint_interval {
         Some(0) => None,
@@ -325,7 +331,7 @@ async fn train_with_recovery(
                 tokio::time::sleep(Duration::from_secs(1)).await;
                 let before = session.lineage;
                 session = cluster
-                    .reconcile(worker, false, None, true, retry)
+                    .reconcile(worker, Begin::Resume, None, true, retry)
                     .await
                     .context("recovery failed")?;
                 if session.lineage == before && !session.restored {
@@ -351,7 +357,13 @@ async fn train_with_recovery(
                 // newest one (a minibatch may be half applied); without, the
                 // state is kept and this worker goes on where it was.
                 session = cluster
-                    .reconcile(worker, false, Some(before), interval.is_none(), retry)
+                    .reconcile(
+                        worker,
+                        Begin::Resume,
+                        Some(before),
+                        interval.is_none(),
+                        retry,
+                    )
                     .await
                     .context("recovery failed")?;
                 if session.lineage == before && !session.restored {

@@ -558,9 +558,15 @@ impl Sgns {
                     .enumerate()
                     .map(|(t, &f)| applied_weight(f, t < examples)),
             );
+            if let Some(why) = self.divergence(mbs) {
+                // The shards mark the model with it: no worker trains on.
+                shards.note_divergence(&why);
+            }
             shards.adjust(mbs, &self.scaled).await?;
         }
-        self.check_diverged(mbs)?;
+        if let Some(why) = self.divergence(mbs) {
+            bail!("{why}");
+        }
         let loss = self.sampled_loss(examples);
         let (sent, received) = shards.wire_bytes();
         progress.record_bytes(sent - sent0, received - received0);
@@ -584,31 +590,27 @@ impl Sgns {
         Ok(())
     }
 
-    /// Fails, naming the call's first minibatch, when one of its dot
-    /// products has diverged (`colonnade_common::sgns::is_diverged`: NaN,
-    /// ±∞ or beyond [`DIVERGED_DOT`]): the model has blown up, and training
-    /// on would only spread garbage (or NaN) through it. The call's other dot
-    /// products were applied, its diverged ones were not, whichever path
-    /// stepped it.
-    fn check_diverged(&self, mbs: &[Minibatch]) -> anyhow::Result<()> {
-        let Some(found) = diverged_at(&self.dots) else {
-            return Ok(());
-        };
-        let Some(mb) = mbs.first() else {
-            return Ok(());
-        };
+    /// Why training diverged in this call, naming its first minibatch, when
+    /// one of its dot products has (`colonnade_common::sgns::is_diverged`:
+    /// NaN, ±∞ or beyond [`DIVERGED_DOT`]): the model has blown up, and
+    /// training on would only spread garbage (or NaN) through it. The call's
+    /// other dot products are applied, its diverged ones are not, whichever
+    /// path steps it; then the run stops.
+    fn divergence(&self, mbs: &[Minibatch]) -> Option<String> {
+        let found = diverged_at(&self.dots)?;
+        let mb = mbs.first()?;
         let call = if mbs.len() > 1 {
             format!(" (a call of {} minibatches)", mbs.len())
         } else {
             String::new()
         };
-        bail!(
+        Some(format!(
             "training diverged in {}{call}: its dot products u·v reached {found:e} (a healthy \
              model keeps |u·v| far below {DIVERGED_DOT:e}; learning rate α was {}). Try a \
-             lower --alpha, a smaller --minibatch or more --sample",
+             lower --alpha, a smaller --minibatch, more --sample or fewer minibatches in flight",
             mb.origin(),
             mb.alpha
-        )
+        ))
     }
 
     /// Every [`LOSS_EVERY`]th call of a pipeline: its loss, from its dot

@@ -212,6 +212,7 @@ async fn hostile_requests_are_rejected_without_state_change() {
             minibatches: vec![batch.clone()],
             scaled_weights: encode_f16(&vec![0.5; nw]),
             call: None,
+            ..AdjustRequest::default()
         };
         let err = client.adjust(req).await.expect_err(needle);
         assert_eq!(err.code(), code, "{needle}: {err:?}");
@@ -252,6 +253,7 @@ async fn hostile_requests_are_rejected_without_state_change() {
         minibatches: vec![minibatch(fp, &[0], &[1], &[1])],
         scaled_weights: encode_f16(&[f32::INFINITY, 0.0, 0.0, 0.0, 0.0]),
         call: None,
+        ..AdjustRequest::default()
     };
     assert_eq!(
         client.adjust(req).await.expect_err("inf").code(),
@@ -265,6 +267,7 @@ async fn hostile_requests_are_rejected_without_state_change() {
         ],
         scaled_weights: encode_f16(&[0.5; 15]),
         call: None,
+        ..AdjustRequest::default()
     };
     let err = client.adjust(req).await.expect_err("second batch");
     assert!(err.message().contains("batch 1"), "{}", err.message());
@@ -293,6 +296,7 @@ async fn hostile_requests_are_rejected_without_state_change() {
         ],
         scaled_weights: encode_f16(&[0.5, -0.5, -0.5, -0.5, -0.5].repeat(3)),
         call: None,
+        ..AdjustRequest::default()
     };
     client.adjust(req).await.expect("valid adjust");
     let changed = assemble(&[Arc::clone(&spawned[0].core)], fp, Matrix::Output, v);

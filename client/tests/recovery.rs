@@ -8,7 +8,7 @@
 
 use crate::common::{assemble, params, sample_corpus, spec_of, vocab_of};
 use colonnade_client::checkpointer::GrpcCheckpointer;
-use colonnade_client::cluster::{Cluster, Session, Worker};
+use colonnade_client::cluster::{Begin, Cluster, Session, Worker};
 use colonnade_client::grpc::GrpcShards;
 use colonnade_client::stream::Source;
 use colonnade_client::train::{train, NoCheckpoints, Position, Progress, Tracker, TrainParams};
@@ -184,7 +184,7 @@ async fn a_failed_run_resumed_from_its_checkpoint_ends_as_the_uninterrupted_one(
     let mut cluster = connect(&plain).await;
     let fp = run.create(&mut cluster).await;
     let start = cluster
-        .reconcile(WORKER, false, None, false, RETRY)
+        .reconcile(WORKER, Begin::Resume, None, false, RETRY)
         .await
         .expect("reconcile");
     let end = run.train_from(&cluster, &start).await;
@@ -195,7 +195,7 @@ async fn a_failed_run_resumed_from_its_checkpoint_ends_as_the_uninterrupted_one(
     let mut cluster = connect(&kept).await;
     run.create(&mut cluster).await;
     let first = cluster
-        .reconcile(WORKER, false, None, false, RETRY)
+        .reconcile(WORKER, Begin::Resume, None, false, RETRY)
         .await
         .expect("reconcile");
     assert!(first.persistent && first.version == 0 && !first.restored);
@@ -234,7 +234,7 @@ async fn a_failed_run_resumed_from_its_checkpoint_ends_as_the_uninterrupted_one(
     );
 
     let resumed = cluster
-        .reconcile(WORKER, false, Some(first.lineage), false, RETRY)
+        .reconcile(WORKER, Begin::Resume, Some(first.lineage), false, RETRY)
         .await
         .expect("reconcile after the failure");
     assert!(resumed.restored, "rolled back: {resumed:?}");
@@ -264,7 +264,7 @@ async fn checkpointed(run: &Run, dirs: &[PathBuf; 2]) -> (Vec<SpawnedShard>, u64
     let mut cluster = connect(&shards).await;
     let fp = run.create(&mut cluster).await;
     let session = cluster
-        .reconcile(WORKER, false, None, false, RETRY)
+        .reconcile(WORKER, Begin::Resume, None, false, RETRY)
         .await
         .expect("reconcile");
     let end = run.train_from(&cluster, &session).await;
@@ -315,14 +315,7 @@ async fn a_restarted_shard_rolls_every_shard_back_to_the_common_checkpoint() {
     let mut stale = cluster
         .pipelines(lineage, Duration::from_secs(30))
         .expect("pipelines");
-    let mb = Minibatch {
-        seed: 1,
-        alpha: 0.01,
-        inputs: vec![0],
-        context_counts: vec![1],
-        outputs: vec![1],
-        ..Minibatch::default()
-    };
+    let mb = one_pair();
     let err = stale
         .dotprod(&[mb], &mut Vec::new())
         .await
@@ -330,7 +323,7 @@ async fn a_restarted_shard_rolls_every_shard_back_to_the_common_checkpoint() {
     assert_eq!(err.code, tonic::Code::Aborted, "{err}");
 
     let session = cluster
-        .reconcile(WORKER, false, None, false, RETRY)
+        .reconcile(WORKER, Begin::Resume, None, false, RETRY)
         .await
         .expect("reconcile");
     assert!(session.restored && session.version == 1, "{session:?}");
@@ -338,7 +331,7 @@ async fn a_restarted_shard_rolls_every_shard_back_to_the_common_checkpoint() {
     assert!(session.position.jobs > 0, "the manifest's position");
     // Reconciling again changes nothing: the shards agree now.
     let again = cluster
-        .reconcile(WORKER, false, None, false, RETRY)
+        .reconcile(WORKER, Begin::Resume, None, false, RETRY)
         .await
         .expect("reconcile");
     assert!(!again.restored && again.lineage == session.lineage);
@@ -364,7 +357,7 @@ async fn a_shard_restarted_empty_takes_every_shard_back_to_the_start() {
     // As a worker does: attach where the model is, create it where not.
     run.create(&mut cluster).await;
     let session = cluster
-        .reconcile(WORKER, false, None, false, RETRY)
+        .reconcile(WORKER, Begin::Resume, None, false, RETRY)
         .await
         .expect("reconcile");
     assert!(session.restored && session.version == 0, "{session:?}");
@@ -392,7 +385,7 @@ async fn restart_goes_back_to_the_start_and_drops_the_checkpoints() {
     let mut cluster = connect(&shards).await;
     run.create(&mut cluster).await;
     let session = cluster
-        .reconcile(WORKER, true, None, false, RETRY)
+        .reconcile(WORKER, Begin::Restart, None, false, RETRY)
         .await
         .expect("reconcile");
     assert!(session.restored && session.version == 0, "{session:?}");
@@ -410,5 +403,108 @@ async fn restart_goes_back_to_the_start_and_drops_the_checkpoints() {
     }
     for s in shards {
         s.stop().await;
+    }
+}
+
+/// Training that diverges stops every worker with one error, and never
+/// loops: the shards mark the model, refuse training calls on it (an error
+/// no reconcile retries), and refuse a worker started on it, until it is
+/// rolled back to the newest checkpoint (`--rollback`), which holds the
+/// checkpoint's state and trains again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_diverged_model_is_refused_until_rolled_back() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let run = Run::new(dir.path());
+    let v = run.vocab.len() as u64;
+    let dirs = [dir.path().join("s0"), dir.path().join("s1")];
+    let (shards, fp, _, at_checkpoint) = checkpointed(&run, &dirs).await;
+    let mut cluster = connect(&shards).await;
+    run.create(&mut cluster).await;
+    let session = cluster
+        .reconcile(WORKER, Begin::Resume, None, false, RETRY)
+        .await
+        .expect("reconcile");
+    // A learning rate that blows the model up within a few calls.
+    let mut wild = run.p.clone();
+    wild.alpha = 50.0;
+    let pipes = cluster
+        .pipelines(session.lineage, Duration::from_secs(30))
+        .expect("pipelines");
+    let err = train(
+        pipes,
+        run.vocab.counts_only(),
+        run.source(),
+        wild,
+        Arc::new(Progress::default()),
+        Arc::new(Tracker::new(Position::default())),
+        NoCheckpoints,
+    )
+    .await
+    .expect_err("training diverges");
+    assert!(err.to_string().contains("training diverged"), "{err:#}");
+    let diverged: Vec<u32> = model_bits(&shards, fp, v);
+
+    // Another worker's next call is refused, and that is not recoverable.
+    let mut other = cluster
+        .pipelines(session.lineage, Duration::from_secs(30))
+        .expect("pipelines");
+    let mb = one_pair();
+    let refused = other
+        .dotprod(std::slice::from_ref(&mb), &mut Vec::new())
+        .await
+        .expect_err("a diverged model takes no training");
+    assert!(refused.is_divergence(), "{refused}");
+    assert!(refused.message.contains("--rollback"), "{refused}");
+    assert!(!colonnade_client::cluster::recoverable(
+        &anyhow::Error::new(refused)
+    ));
+    assert!(
+        model_bits(&shards, fp, v) == diverged,
+        "the refused call changed nothing"
+    );
+
+    // A worker started on it is refused, naming a shard and the way out.
+    let err = cluster
+        .reconcile(WORKER, Begin::Resume, None, false, RETRY)
+        .await
+        .expect_err("a worker starting on a diverged model");
+    let msg = format!("{err:#}");
+    assert!(
+        msg.contains("training diverged") && msg.contains("--rollback"),
+        "{msg}"
+    );
+    assert!(
+        msg.contains(&shards[0].endpoint()) || msg.contains(&shards[1].endpoint()),
+        "{msg}"
+    );
+
+    // --rollback: back to checkpoint 1, trainable again.
+    let back = cluster
+        .reconcile(WORKER, Begin::Rollback, None, false, RETRY)
+        .await
+        .expect("rollback");
+    assert!(back.restored && back.version == 1, "{back:?}");
+    assert!(model_bits(&shards, fp, v) == at_checkpoint);
+    let mut pipes = cluster
+        .pipelines(back.lineage, Duration::from_secs(30))
+        .expect("pipelines");
+    pipes
+        .dotprod(&[mb], &mut Vec::new())
+        .await
+        .expect("training calls are served again");
+    for s in shards {
+        s.stop().await;
+    }
+}
+
+/// A minibatch of one pair (word 0 with context word 1).
+fn one_pair() -> Minibatch {
+    Minibatch {
+        seed: 1,
+        alpha: 0.01,
+        inputs: vec![0],
+        context_counts: vec![1],
+        outputs: vec![1],
+        ..Minibatch::default()
     }
 }

@@ -512,3 +512,246 @@ async fn cbow_matches_reference_for_one_two_and_three_shards() {
         s.stop().await;
     }
 }
+
+/// A call's steps in the reference (skip-gram): per dot product its input
+/// row, output row and weight G = α × the half float of (label − σ(f)), f
+/// from `state` (the vectors its dotprod read), 0 for a negative equal to
+/// its positive.
+fn call_steps(
+    state: &Reference,
+    batch: &Pending,
+    alpha: f32,
+    sampler: &NegativeSampler,
+    negative: usize,
+) -> Vec<(usize, usize, f32)> {
+    let d = DIM as usize;
+    let negatives = deal_negatives(batch, sampler, negative);
+    let pairs = batch
+        .items
+        .iter()
+        .flat_map(|(w_in, outputs)| outputs.iter().map(move |&o| (*w_in as usize, o as usize)));
+    let mut steps = Vec::new();
+    for ((w_in, w_out), negs) in pairs.zip(&negatives) {
+        let targets = std::iter::once((w_out, 1.0)).chain(negs.iter().map(|&x| (x as usize, 0.0)));
+        for (x, label) in targets {
+            let f: f64 = (0..d)
+                .map(|c| f64::from(state.u[w_in * d + c]) * f64::from(state.v[x * d + c]))
+                .sum();
+            let scaled = half::f16::from_f64(label - sigmoid(f)).to_f32();
+            let skip = label == 0.0 && x == w_out;
+            steps.push((w_in, x, if skip { 0.0 } else { alpha * scaled }));
+        }
+    }
+    steps
+}
+
+/// Dot products per input and output row among `steps`.
+fn loads(steps: &[(usize, usize, f32)], rows: usize) -> (Vec<usize>, Vec<usize>) {
+    let (mut k_u, mut k_v) = (vec![0; rows], vec![0; rows]);
+    for &(w, x, _) in steps {
+        k_u[w] += 1;
+        k_v[x] += 1;
+    }
+    (k_u, k_v)
+}
+
+/// Applies a call's `steps` to `model`: Δu(w) += G·v(x) and Δv(x) += G·u(w)
+/// from the vectors as they are now (the adjust reads them), then each
+/// row's summed delta scaled by `cap_scale` of the dot products pending on
+/// it (`load_u`, `load_v`: the call's own and those of the calls still in
+/// flight).
+fn apply_steps(
+    model: &mut Reference,
+    steps: &[(usize, usize, f32)],
+    load_u: &[usize],
+    load_v: &[usize],
+    cap: usize,
+) {
+    let d = DIM as usize;
+    let mut du = vec![0.0f32; model.u.len()];
+    let mut dv = vec![0.0f32; model.v.len()];
+    for &(w, x, g) in steps {
+        for c in 0..d {
+            du[w * d + c] += g * model.v[x * d + c];
+            dv[x * d + c] += g * model.u[w * d + c];
+        }
+    }
+    for (m, delta, load) in [(&mut model.u, &du, load_u), (&mut model.v, &dv, load_v)] {
+        for (row, (a, b)) in m.chunks_exact_mut(d).zip(delta.chunks_exact(d)).enumerate() {
+            let s = cap_scale(load[row], Some(cap));
+            if s < 1.0 {
+                model.capped += 1;
+            }
+            for (a, b) in a.iter_mut().zip(b) {
+                *a += s * b;
+            }
+        }
+    }
+}
+
+/// Calls in flight together over gRPC, in a fixed order on 1 and 2 shards:
+/// a warm-up call alone (v is zero before it), then dotprod A, dotprod B,
+/// adjust A, adjust B. Both read the model as the warm-up left it; A's adjust
+/// finds B's dot products pending too, so each of its rows is scaled by the
+/// cap over its own dot products on it and a quarter of B's (the design's
+/// share of other calls', defined here independently of the shard's
+/// constant); B's finds A's applied and
+/// released, so its rows are scaled by its own, its weights still from the
+/// state before A (docs/design.md, "Staleness across calls in flight").
+/// The reference computes all of it from its own definitions; a run with
+/// each call scaled by its own dot products only (the rule before calls in
+/// flight were counted) must be far off.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_in_flight_scale_each_row_by_the_dot_products_pending_on_it() {
+    use colonnade_common::sgns::applied_weight;
+    use colonnade_proto::{Minibatch, ModelShards};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let corpus = sample_corpus(dir.path(), 20_000);
+    let vocab = Arc::new(vocab_of(&corpus, 150));
+    let rows = vocab.len();
+    assert!(rows < 40, "{rows} words: a head-heavy vocabulary");
+    let p = params(7);
+    let negative = p.negative as usize;
+    let sampler = NegativeSampler::new(vocab.counts(), 0.75).expect("sampler");
+    // Three calls of 72 input positions with 3 to 6 context words each, all
+    // words drawn uniformly: ~55 dot products per row and call, so a row is
+    // mostly within the cap (64: the widest position has 6 × 5) in one call
+    // and beyond it with a quarter of another's.
+    let mut rng = ChaCha8Rng::seed_from_u64(11);
+    let mut call = |seed: u64, alpha: f32| {
+        let mut batch = Pending {
+            seed,
+            ..Pending::default()
+        };
+        let mut mb = Minibatch {
+            seed,
+            alpha,
+            ..Minibatch::default()
+        };
+        for _ in 0..72 {
+            let w = rng.next_u32() % rows as u32;
+            let n = 3 + rng.next_u32() % 4;
+            let outputs: Vec<u32> = (0..n).map(|_| rng.next_u32() % rows as u32).collect();
+            mb.inputs.push(w);
+            mb.context_counts.push(n);
+            mb.outputs.extend(&outputs);
+            batch.items.push((w, outputs));
+        }
+        (batch, mb)
+    };
+    let (warm, warm_mb) = call(101, 0.05);
+    let (a, a_mb) = call(202, 0.05);
+    let (b, b_mb) = call(303, 0.04);
+    let cap = 6 * (negative + 1).max(1);
+    let cap = cap.max(ROW_STEP_CAP as usize);
+
+    // The reference: the warm-up alone, then A and B from the same state.
+    let d = DIM as usize;
+    let mut want = Reference {
+        u: vec![0.0; rows * d],
+        v: vec![0.0; rows * d],
+        capped: 0,
+    };
+    for w in 0..rows {
+        init_input_row(p.seed, DIM, w as u64, 0, &mut want.u[w * d..(w + 1) * d]);
+    }
+    let steps = call_steps(&want, &warm, 0.05, &sampler, negative);
+    let (ku, kv) = loads(&steps, rows);
+    apply_steps(&mut want, &steps, &ku, &kv, cap);
+    let steps_a = call_steps(&want, &a, 0.05, &sampler, negative);
+    let steps_b = call_steps(&want, &b, 0.04, &sampler, negative);
+    let ((ka_u, ka_v), (kb_u, kb_v)) = (loads(&steps_a, rows), loads(&steps_b, rows));
+    const OTHERS_SHARE: usize = 4;
+    let both = |x: &[usize], y: &[usize]| {
+        x.iter()
+            .zip(y)
+            .map(|(p, q)| p + q.div_ceil(OTHERS_SHARE))
+            .collect::<Vec<_>>()
+    };
+    let mut alone = Reference {
+        u: want.u.clone(),
+        v: want.v.clone(),
+        capped: 0,
+    };
+    want.capped = 0;
+    apply_steps(
+        &mut want,
+        &steps_a,
+        &both(&ka_u, &kb_u),
+        &both(&ka_v, &kb_v),
+        cap,
+    );
+    apply_steps(&mut want, &steps_b, &kb_u, &kb_v, cap);
+    assert!(want.capped > 10, "only {} rows scaled", want.capped);
+    apply_steps(&mut alone, &steps_a, &ka_u, &ka_v, cap);
+    apply_steps(&mut alone, &steps_b, &kb_u, &kb_v, cap);
+
+    let counts = vocab.counts_only();
+    let scale = norm_scale(&want.u).max(norm_scale(&want.v));
+    let tol = 1e-4 * scale.max(1e-3);
+    for shards in [1, 2] {
+        let (spawned, mut cluster) = grpc_cluster(shards).await;
+        let fp = cluster
+            .create(
+                crate::common::spec_of(&counts, &p),
+                Arc::clone(&counts),
+                std::time::Duration::from_secs(5),
+            )
+            .await
+            .expect("create model");
+        let mut first = cluster
+            .pipelines(0, std::time::Duration::from_secs(30))
+            .expect("pipelines");
+        let mut second = first.pipeline();
+        let weights = |dots: &[f32], examples: usize| -> Vec<f32> {
+            dots.iter()
+                .enumerate()
+                .map(|(t, &f)| applied_weight(f, t < examples))
+                .collect()
+        };
+        let (mut dots, mut dots_b) = (Vec::new(), Vec::new());
+        let warm_call = [warm_mb.clone()];
+        first.dotprod(&warm_call, &mut dots).await.expect("dotprod");
+        let w = weights(&dots, warm_mb.examples());
+        first.adjust(&warm_call, &w).await.expect("adjust");
+        let (call_a, call_b) = ([a_mb.clone()], [b_mb.clone()]);
+        first.dotprod(&call_a, &mut dots).await.expect("dotprod A");
+        second
+            .dotprod(&call_b, &mut dots_b)
+            .await
+            .expect("dotprod B");
+        let w = weights(&dots, a_mb.examples());
+        first.adjust(&call_a, &w).await.expect("adjust A");
+        let w = weights(&dots_b, b_mb.examples());
+        second.adjust(&call_b, &w).await.expect("adjust B");
+
+        let cores: Vec<_> = spawned.iter().map(|s| Arc::clone(&s.core)).collect();
+        let v = rows as u64;
+        for (m, got, want, without) in [
+            (
+                "u",
+                assemble(&cores, fp, Matrix::Input, v),
+                &want.u,
+                &alone.u,
+            ),
+            (
+                "v",
+                assemble(&cores, fp, Matrix::Output, v),
+                &want.v,
+                &alone.v,
+            ),
+        ] {
+            let diff = max_abs_diff(&got, want);
+            assert!(
+                diff <= tol,
+                "{shards} shard(s) {m}: max |distributed − reference| = {diff} > {tol}"
+            );
+            let off = max_abs_diff(&got, without);
+            assert!(
+                off > 100.0 * tol,
+                "{shards} shard(s) {m}: scaling each call by its own dot products only is as \
+                 close ({off}): the pending counts were not exercised"
+            );
+        }
+    }
+}

@@ -30,7 +30,7 @@ pub use domain::{
     matrix_from_wire, validate_spec, Minibatch, MinibatchId, Segment, ShardError, Windows,
     MAX_ALPHA, MAX_CALL_DOTS, MAX_DIM, MAX_NEGATIVE,
 };
-pub use shards::{CallError, ModelShards};
+pub use shards::{CallError, ModelShards, DIVERGED_PREFIX};
 
 /// Version of the shard API carried in `StatusResponse.api_version`. 2:
 /// dot products and weights travel as one pair-major array. 3: lineages,
@@ -41,7 +41,7 @@ pub use shards::{CallError, ModelShards};
 /// applied together, dot products and weights in the call's wire order
 /// (positives, then negatives by row), an adjust that names its call. A
 /// client refuses shards of another version.
-pub const API_VERSION: u32 = 6;
+pub const API_VERSION: u32 = 7;
 
 /// Largest gRPC message either side accepts or sends (default tonic limit is
 /// 4 MiB). The largest real ones are a call's dot products (at most

@@ -22,7 +22,17 @@ pub struct CallError {
     pub message: String,
 }
 
+/// How a shard's refusal of training on a diverged model begins (a
+/// FAILED_PRECONDITION): [`CallError::is_divergence`] knows it by this.
+pub const DIVERGED_PREFIX: &str = "training diverged: ";
+
 impl CallError {
+    /// Whether the shard refused the call because training diverged on its
+    /// model: nothing a retry or a reconcile mends.
+    pub fn is_divergence(&self) -> bool {
+        self.code == tonic::Code::FailedPrecondition && self.message.starts_with(DIVERGED_PREFIX)
+    }
+
     /// A gRPC status returned by shard `index` of `count`.
     pub fn from_status(
         name: &str,
@@ -125,6 +135,12 @@ pub trait ModelShards: Send + 'static {
     ) -> impl Future<Output = Result<bool, CallError>> + Send {
         async { Ok(false) }
     }
+
+    /// Tells the shards, with the next `adjust`, that this call's dot
+    /// products diverged (`why` says how): they apply the rest, then refuse
+    /// training on the model ([`crate::DIVERGED_PREFIX`]). Shards that stay
+    /// with the process (embedded) need not hear it: the run stops.
+    fn note_divergence(&mut self, _why: &str) {}
 
     /// Bytes this handle has sent and received on the wire (0 in process).
     fn wire_bytes(&self) -> (u64, u64);

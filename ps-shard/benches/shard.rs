@@ -126,7 +126,7 @@ fn handlers(c: &mut Criterion) {
             |bench, _| {
                 bench.iter(|| {
                     model
-                        .adjust(black_box(&targets), &weights, &mut scratch)
+                        .adjust(black_box(&mut targets), &weights, false, &mut scratch)
                         .expect("adjust")
                 });
             },

@@ -162,9 +162,11 @@ pub fn matrix_bytes(spec: &ShardSpec) -> u64 {
 }
 
 /// Bytes a model of `spec` holds on a shard: its two matrices, its sampler's
-/// table and its counts (at most 8 bytes a word each).
+/// table and its counts (at most 8 bytes a word each), and its pending
+/// counts (`crate::stale`).
 pub fn held_bytes(spec: &ShardSpec) -> u64 {
-    matrix_bytes(spec).saturating_add(spec.model.vocab_size.saturating_mul(16))
+    let per_word = 16 + crate::stale::PENDING_BYTES_PER_ROW;
+    matrix_bytes(spec).saturating_add(spec.model.vocab_size.saturating_mul(per_word))
 }
 
 /// Bytes creating a model of `spec` takes at the peak: [`held_bytes`] and

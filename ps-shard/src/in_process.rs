@@ -122,7 +122,7 @@ impl ModelShards for InProcessShards {
         }
         self.plan.weights(scaled, &mut self.weights, |_| ());
         for (i, m) in self.models.iter().enumerate() {
-            m.adjust(&self.plan, &self.weights, &mut self.scratch)
+            m.adjust(&mut self.plan, &self.weights, false, &mut self.scratch)
                 .map_err(|e| CallError::from_shard(&name(i), i, self.models.len(), "adjust", e))?;
         }
         self.planned = false;

@@ -8,7 +8,8 @@
 //! (rows with a lock each, their memory layout and size, with the safety
 //! argument; the shards of one process may keep a model's slices side by
 //! side in one allocation, [`Siblings`]); [`plan`] draws and groups a
-//! minibatch's targets; [`loops`] are the SIMD loops over a plan; [`model`]
+//! minibatch's targets, and [`stale`] counts the dot products of calls in
+//! flight per row; [`loops`] are the SIMD loops over a plan; [`model`]
 //! is one model's slice and its operations, [`whole`] the shards of a model
 //! holding whole vectors and their fused step; [`checkpoints`] keeps a
 //! model in a data dir (barrier, crash-safe versions, restore, load at
@@ -22,8 +23,8 @@
 //!
 //! A shard never sends vectors or gradients during training, never needs
 //! state between a `dotprod` and its `adjust` (a cached plan is an
-//! optimisation: a miss draws it again from the seed), and never changes
-//! state on a request it rejects.
+//! optimisation: a miss draws it again from the seed; the pending counts
+//! only scale steps), and never changes state on a request it rejects.
 
 pub mod checkpoints;
 pub mod connections;
@@ -39,6 +40,7 @@ pub mod plan;
 pub mod registry;
 pub mod server;
 pub mod service;
+pub mod stale;
 pub mod whole;
 
 pub use crate::embedded::EmbeddedCluster;

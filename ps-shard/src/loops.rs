@@ -16,12 +16,14 @@
 
 use crate::hogwild::HogwildMatrix;
 use crate::plan::row_step_scale;
+use crate::stale::Pending;
 #[cfg(target_arch = "x86_64")]
 use colonnade_common::kernels::{Avx, Avx512};
 use colonnade_common::kernels::{Portable, Simd, LANES};
 use colonnade_common::sgns::applied_weight;
 use multiversion::multiversion;
 use multiversion::target::match_target;
+use std::sync::atomic::AtomicU32;
 
 /// How many rows ahead of use the loops prefetch (hides cache-miss latency on
 /// the random rows of negatives and context words).
@@ -207,6 +209,10 @@ pub(crate) struct Steps<'a> {
     pub input_scale: &'a [f32],
     /// The minibatch's row step cap (see [`crate::plan::row_step_cap`]).
     pub cap: u64,
+    /// Over gRPC: the output rows' pending counts ([`crate::stale`]), and
+    /// whether this call's dot products are among them. A row's scale is
+    /// then of the dot products pending on it, not only its own.
+    pub pending: Option<(&'a [AtomicU32], bool)>,
     /// Scratch: per input position, its accumulated Δu (zeroed).
     pub u_delta: &'a mut [f32],
     /// Scratch: one output row's accumulated Δv.
@@ -236,13 +242,18 @@ fn adjust_body<K: Simd, const N: usize>(k: K, work: Work<'_>, steps: Steps<'_>) 
         weights,
         input_scale,
         cap,
+        pending,
         u_delta,
         v_delta,
     } = steps;
     read_input_rows(u, inputs, contexts, u_rows, stride);
     let u_rows = &*u_rows;
     for (x, run) in RowRuns::new(v, work.plan, work.groups) {
-        let scale = row_step_scale(run.len() as u64, cap);
+        let own = run.len() as u64;
+        let load = pending.map_or(own, |(counts, counted)| {
+            Pending::load(counts, x as u32, own, counted)
+        });
+        let scale = row_step_scale(load, cap);
         // A guard, not a closure: the row's work inlines into this clone.
         let mut row = v.row_mut(x);
         if N == 0 {

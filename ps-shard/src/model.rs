@@ -7,12 +7,13 @@
 use crate::hogwild::{HogwildMatrix, Siblings};
 use crate::loops::{adjust_loop, dotprod_loop, Contexts, Steps, Work};
 use crate::plan::Plan;
+use crate::stale::Pending;
 use colonnade_common::init::init_input_row;
 use colonnade_common::kernels::padded;
 use colonnade_common::model::{Matrix, ShardSpec};
 use colonnade_common::sampler::NegativeSampler;
 use colonnade_proto::domain::invalid_argument as invalid;
-use colonnade_proto::{validate_spec, Minibatch, ShardError};
+use colonnade_proto::{validate_spec, Minibatch, ShardError, DIVERGED_PREFIX};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
@@ -39,6 +40,12 @@ pub struct Model {
     /// The checkpoint version this state started from (0: the initial state).
     pub base_version: u64,
     pub stats: ModelStats,
+    /// Why training diverged on this state (`None`: it has not): set by the
+    /// adjust that reported it; the state takes no training call since.
+    diverged: parking_lot::Mutex<Option<String>>,
+    /// Dot products pending per row: of calls whose dotprod was served and
+    /// whose adjust was not applied yet ([`crate::stale`]).
+    pending: Arc<Pending>,
 }
 
 /// Reusable per-thread buffers, so steady-state requests allocate nothing
@@ -186,6 +193,8 @@ impl Model {
             lineage: AtomicU64::new(lineage),
             base_version: 0,
             stats: ModelStats::default(),
+            diverged: parking_lot::Mutex::new(None),
+            pending: Arc::new(Pending::new(rows)),
         })
     }
 
@@ -203,6 +212,41 @@ impl Model {
     /// Relabels this state (a restore to the version it already is, untouched).
     pub fn set_lineage(&self, lineage: u64) {
         self.lineage.store(lineage, Relaxed);
+        *self.diverged.lock() = None;
+    }
+
+    /// Marks this state diverged, as a client found (the first report
+    /// stays): it takes no training call from now on.
+    pub fn mark_diverged(&self, why: &str) {
+        let mut d = self.diverged.lock();
+        if d.is_none() {
+            tracing::error!(
+                model = format_args!("{:016x}", self.fingerprint),
+                "training diverged: {why}; refusing training calls until a restore"
+            );
+            *d = Some(why.to_owned());
+        }
+    }
+
+    /// Why training diverged on this state, if it did.
+    pub fn diverged(&self) -> Option<String> {
+        self.diverged.lock().clone()
+    }
+
+    /// Refuses training calls on a diverged state: every worker stops with
+    /// the one error that says so, instead of training on garbage or
+    /// diverging again.
+    pub fn check_trainable(&self) -> Result<(), ShardError> {
+        match &*self.diverged.lock() {
+            None => Ok(()),
+            Some(why) => Err(ShardError::FailedPrecondition(format!(
+                "{DIVERGED_PREFIX}model {:016x} takes no more training ({why}). Roll it back \
+                 to its newest checkpoint with `colonnade train --rollback`, or start over with \
+                 --restart; either with a lower --alpha, more --sample or fewer minibatches in \
+                 flight",
+                self.fingerprint
+            ))),
+        }
     }
 
     /// Refuses calls made for another lineage of the model.
@@ -220,12 +264,21 @@ impl Model {
     }
 
     /// Bytes this model holds: [`Model::memory_bytes`] and its counts.
+    /// The dot products pending per row of this model's calls in flight
+    /// (counted by the gRPC service: [`crate::stale`]).
+    pub fn pending(&self) -> &Arc<Pending> {
+        &self.pending
+    }
+
     pub fn held_bytes(&self) -> u64 {
         self.memory_bytes() as u64 + self.counts.len() as u64 * 8
     }
 
     pub fn memory_bytes(&self) -> usize {
-        self.u.memory_bytes() + self.v.memory_bytes() + self.sampler.memory_bytes()
+        self.u.memory_bytes()
+            + self.v.memory_bytes()
+            + self.sampler.memory_bytes()
+            + self.counts.len() * crate::stale::PENDING_BYTES_PER_ROW as usize
     }
 
     pub(crate) fn negative(&self) -> usize {
@@ -303,7 +356,18 @@ impl Model {
     /// scale s is [`crate::plan::row_step_scale`] of the row's dot-product
     /// count: 1 unless the row takes more stale steps than the row step cap.
     /// The weights are checked before any state is touched.
-    pub fn adjust(&self, plan: &Plan, weights: &[f32], s: &mut Scratch) -> Result<(), ShardError> {
+    ///
+    /// With `over_pending` (the gRPC service, where calls of many pipelines
+    /// are in flight), each row's scale is of the dot products pending on it
+    /// across them ([`crate::stale`]), this call's included, and the call's
+    /// are released once applied; else of this call's alone.
+    pub fn adjust(
+        &self,
+        plan: &mut Plan,
+        weights: &[f32],
+        over_pending: bool,
+        s: &mut Scratch,
+    ) -> Result<(), ShardError> {
         self.check_plan(plan)?;
         if weights.len() != plan.len() {
             return Err(invalid(format!(
@@ -322,6 +386,9 @@ impl Model {
         // The split loops' scratch rows are zero-padded to whole 16-float
         // chunks (see `crate::loops::dotprod_loop`), and so is Δv.
         let stride = padded(self.spec.cols());
+        let pending = over_pending.then_some(&*self.pending);
+        plan.scale_inputs_for(pending);
+        let counted = plan.counted();
         let StepScratch {
             u_rows,
             u_delta,
@@ -334,10 +401,12 @@ impl Model {
                 weights,
                 input_scale: &plan.input_scale,
                 cap: plan.cap,
+                pending: pending.map(|p| (p.of(false), counted)),
                 u_delta,
                 v_delta,
             },
         );
+        plan.release();
         self.stats.adjust_calls.fetch_add(1, Relaxed);
         self.stats.pairs_adjusted.fetch_add(plan.pairs(), Relaxed);
         Ok(())
@@ -434,7 +503,7 @@ mod tests {
         let good = minibatch(1, &[0, 1], &[2, 1], &[1, 2, 3]);
         let (mut p, mut s) = (Plan::default(), Scratch::default());
         m.plan(std::slice::from_ref(&good), &mut p).expect("plan");
-        m.adjust(&p, &[0.1; 12], &mut s).expect("adjust");
+        m.adjust(&mut p, &[0.1; 12], false, &mut s).expect("adjust");
         let before = snapshot(&m);
         let bad = [
             (minibatch(1, &[0, 1], &[2, 1], &[1, 2, 6]), "`outputs`"),
@@ -447,11 +516,13 @@ mod tests {
                 .expect_err(field);
             assert!(e.to_string().contains(field), "{e} should name {field}");
         }
-        let e = m.adjust(&p, &[0.1; 11], &mut s).expect_err("short");
+        let e = m
+            .adjust(&mut p, &[0.1; 11], false, &mut s)
+            .expect_err("short");
         assert!(e.to_string().contains("`weights`"), "{e}");
         let mut nan = vec![0.1; 12];
         nan[4] = f32::NAN;
-        let e = m.adjust(&p, &nan, &mut s).expect_err("nan");
+        let e = m.adjust(&mut p, &nan, false, &mut s).expect_err("nan");
         assert!(e.to_string().contains("not finite"));
         // A plan drawn on another model (here: other negatives) is refused.
         let mut other_spec = spec(0..8);
@@ -459,7 +530,7 @@ mod tests {
         let other = Model::new(other_spec, &COUNTS).expect("model");
         let mut q = Plan::default();
         other.plan(&[good], &mut q).expect("plan");
-        assert!(m.adjust(&q, &[0.1; 15], &mut s).is_err());
+        assert!(m.adjust(&mut q, &[0.1; 15], false, &mut s).is_err());
         assert!(m.dotprod(&q, &mut s, &mut Vec::new()).is_err());
         assert_eq!(snapshot(&m), before);
     }

@@ -4,9 +4,11 @@
 //! once, the wire order its dot products and weights travel in, and the
 //! step scales of the row step cap ([`row_step_cap`]).
 
+use crate::stale::Pending;
 use colonnade_common::model::Objective;
 use colonnade_common::sampler::{Deal, NegativeSampler};
 use colonnade_proto::Minibatch;
+use std::sync::Arc;
 
 /// The least number of deferred gradient steps a row may take from one
 /// minibatch before they are scaled down (see [`row_step_cap`]).
@@ -29,6 +31,8 @@ pub fn row_step_cap(context_counts: &[u32], negative: u32) -> u64 {
 
 /// The scale of a row's summed update when it takes part in `k` dot products
 /// of one minibatch: 1 up to `cap` (see [`row_step_cap`]), then `cap / k`.
+/// Over gRPC, k counts the dot products of every call in flight on the row
+/// ([`crate::stale`]).
 #[inline]
 pub fn row_step_scale(k: u64, cap: u64) -> f32 {
     if k > cap {
@@ -145,9 +149,17 @@ pub struct Plan {
     /// Input positions sorted by word: word << 32 | position.
     input_keys: Vec<u64>,
     /// Per input row written: the scale of its Δu (see
-    /// [`input_step_scales`]): skip-gram, per input position; CBOW, per
+    /// [`input_loads`], [`crate::stale`]): skip-gram, per input position; CBOW, per
     /// context word entry (each gets its position's Δu).
     pub(crate) input_scale: Vec<f32>,
+    /// Per input row written: the dot products its word takes part in over
+    /// the call (what its scale is of).
+    input_load: Vec<u64>,
+    /// The call's distinct input words and their dot products.
+    input_words: Vec<(u32, u64)>,
+    /// The pending counts this plan's dot products are counted in
+    /// ([`crate::stale`]), from its dotprod until its adjust or its drop.
+    counted_in: Option<Arc<Pending>>,
     /// Per input position: the learning rate of its minibatch.
     pub(crate) position_alpha: Vec<f32>,
     /// Per wire index: the learning rate its dot product's update takes (its
@@ -224,14 +236,73 @@ impl Plan {
         } else {
             (&self.inputs, Some(&self.context_counts[..]))
         };
-        input_step_scales(
+        input_loads(
             rows,
             examples,
             u64::from(negative) + 1,
-            self.cap,
             &mut self.input_keys,
-            &mut self.input_scale,
+            &mut self.input_load,
+            &mut self.input_words,
         );
+        self.scale_inputs_for(None);
+    }
+
+    /// Sets the input rows' step scales: of each word's dot products in the
+    /// call, or (`pending`: over gRPC) of those pending on it across the
+    /// calls in flight ([`crate::stale`]).
+    pub(crate) fn scale_inputs_for(&mut self, pending: Option<&Pending>) {
+        let rows = if self.objective.is_cbow() {
+            &self.contexts
+        } else {
+            &self.inputs
+        };
+        let (cap, counted) = (self.cap, self.counted_in.is_some());
+        self.input_scale.clear();
+        self.input_scale
+            .extend(rows.iter().zip(&self.input_load).map(|(&w, &k)| {
+                let load = pending.map_or(k, |p| Pending::load(p.of(true), w, k, counted));
+                row_step_scale(load, cap)
+            }));
+    }
+
+    /// Counts the call's dot products as pending on their rows (its dotprod
+    /// was served; they stay counted until [`Plan::release`]).
+    pub(crate) fn count_in(&mut self, pending: &Arc<Pending>) {
+        self.release();
+        let v = pending.of(false);
+        let mut start = 0;
+        for &(row, end) in &self.groups {
+            Pending::add(v, row, u64::from(end - start));
+            start = end;
+        }
+        let u = pending.of(true);
+        for &(w, k) in &self.input_words {
+            Pending::add(u, w, k);
+        }
+        self.counted_in = Some(Arc::clone(pending));
+    }
+
+    /// Whether the call's dot products are counted as pending.
+    pub(crate) fn counted(&self) -> bool {
+        self.counted_in.is_some()
+    }
+
+    /// Takes the call's dot products off the pending counts (its adjust is
+    /// applied, or will never come); nothing if they are not counted.
+    pub(crate) fn release(&mut self) {
+        let Some(pending) = self.counted_in.take() else {
+            return;
+        };
+        let v = pending.of(false);
+        let mut start = 0;
+        for &(row, end) in &self.groups {
+            Pending::sub(v, row, u64::from(end - start));
+            start = end;
+        }
+        let u = pending.of(true);
+        for &(w, k) in &self.input_words {
+            Pending::sub(u, w, k);
+        }
     }
 
     /// Groups the call's dot products by output row into `plan` and
@@ -402,6 +473,7 @@ impl Plan {
             + self.negatives.capacity();
         let f32s =
             self.input_scale.capacity() + self.position_alpha.capacity() + self.alphas.capacity();
+        let u64s = u64s + self.input_load.capacity() + 2 * self.input_words.capacity();
         u32s * 4
             + u64s * 8
             + pairs * size_of::<(u32, u32)>()
@@ -486,18 +558,18 @@ impl Runs<'_> {
     }
 }
 
-/// Per input row written (`rows[i]`, its word), the scale of its Δu: a
-/// word's dot products are counted over all its entries in the minibatch
-/// (`examples[i]` examples of `per_pair` dot products each; one example per
-/// entry when `examples` is `None`), so a word written at many entries is
-/// capped as one row. `keys` is scratch.
-fn input_step_scales(
+/// Per input row written (`rows[i]`, its word), the dot products its word
+/// takes part in over the call, the load its Δu's scale is of: counted over
+/// all the word's entries (`examples[i]` examples of `per_pair` dot
+/// products each; one example per entry when `examples` is `None`), so a
+/// word written at many entries is capped as one row. `keys` is scratch.
+fn input_loads(
     rows: &[u32],
     examples: Option<&[u32]>,
     per_pair: u64,
-    cap: u64,
     keys: &mut Vec<u64>,
-    scale: &mut Vec<f32>,
+    load: &mut Vec<u64>,
+    words: &mut Vec<(u32, u64)>,
 ) {
     keys.clear();
     keys.extend(
@@ -506,17 +578,18 @@ fn input_step_scales(
             .map(|(p, &w)| (u64::from(w) << 32) | p as u64),
     );
     keys.sort_unstable();
-    scale.clear();
-    scale.resize(rows.len(), 1.0);
+    load.clear();
+    load.resize(rows.len(), 0);
+    words.clear();
     for run in keys.chunk_by(|a, b| a >> 32 == b >> 32) {
         let pairs: u64 = run
             .iter()
             .map(|&key| examples.map_or(1, |e| u64::from(e[key as u32 as usize])))
             .sum();
-        let s = row_step_scale(pairs * per_pair, cap);
         for &key in run {
-            scale[key as u32 as usize] = s;
+            load[key as u32 as usize] = pairs * per_pair;
         }
+        words.push(((run[0] >> 32) as u32, pairs * per_pair));
     }
 }
 

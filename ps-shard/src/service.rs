@@ -80,10 +80,22 @@ struct Waiting {
     bytes: usize,
 }
 
+impl Waiting {
+    /// Takes `key`'s entry out.
+    fn take(&mut self, key: &CallKey) -> Option<Plan> {
+        let (_, p) = self.entries.remove(key)?;
+        self.bytes -= p.heap_bytes();
+        Some(p)
+    }
+}
+
 impl PlanCache {
-    fn put(&self, key: CallKey, plan: Plan) {
+    /// Holds `plan` for its adjust, evicting the oldest plans beyond
+    /// [`PLAN_CACHE_BYTES`] (their dot products are no longer pending).
+    fn put(&self, key: CallKey, mut plan: Plan) {
         let bytes = plan.heap_bytes();
         if bytes > PLAN_CACHE_BYTES {
+            plan.release();
             return;
         }
         let mut w = self.waiting.lock();
@@ -92,8 +104,8 @@ impl PlanCache {
                 break;
             };
             if w.entries.get(&old).is_some_and(|(m, _)| *m == n) {
-                if let Some((_, p)) = w.entries.remove(&old) {
-                    w.bytes -= p.heap_bytes();
+                if let Some(mut p) = w.take(&old) {
+                    p.release();
                 }
             }
         }
@@ -101,9 +113,10 @@ impl PlanCache {
         w.next += 1;
         w.bytes += bytes;
         w.order.push_back((n, key));
-        if let Some((_, old)) = w.entries.insert(key, (n, plan)) {
-            w.bytes -= old.heap_bytes();
+        if let Some(mut old) = w.take(&key) {
+            old.release();
         }
+        w.entries.insert(key, (n, plan));
     }
 
     /// A plan to draw into: a recycled one when there is.
@@ -118,8 +131,10 @@ impl PlanCache {
         }
     }
 
-    /// Returns a plan whose call is done.
-    fn recycle(&self, p: Plan) {
+    /// Returns a plan whose call is done (or failed: its dot products are
+    /// no longer pending).
+    fn recycle(&self, mut p: Plan) {
+        p.release();
         let bytes = p.heap_bytes();
         let mut free = self.free.lock();
         if free.1 + bytes <= PLAN_CACHE_BYTES {
@@ -130,12 +145,9 @@ impl PlanCache {
 
     /// The plan `key` names, if held (and removed).
     fn remove(&self, key: &CallKey) -> Option<Plan> {
-        let mut w = self.waiting.lock();
-        let (_, p) = w.entries.remove(key)?;
-        w.bytes -= p.heap_bytes();
         // Its place in `order` stays until eviction reaches it: `put`
         // skips a key held under a newer number, or no longer held.
-        Some(p)
+        self.waiting.lock().take(key)
     }
 
     /// The plan of the call `mbs` (key `key`) on `model`: the cached one if
@@ -302,6 +314,7 @@ fn decode_call(
             None => {
                 let m = core.model(fingerprint)?;
                 m.check_lineage(lineage)?;
+                m.check_trainable()?;
                 model = Some((Arc::clone(&m), lineage));
                 m
             }
@@ -435,6 +448,8 @@ impl Shard for ShardService {
                 let mut plan = cache.fresh();
                 model.plan(&b.minibatches[..minibatches.len()], &mut plan)?;
                 model.dotprod(&plan, &mut b.scratch, &mut b.dots)?;
+                // Pending on their rows until the adjust (or the plan's drop).
+                plan.count_in(model.pending());
                 cache.put(key, plan);
                 Ok(encode_f32(&b.dots))
             })
@@ -450,6 +465,7 @@ impl Shard for ShardService {
             minibatches,
             scaled_weights: raw,
             call,
+            diverged,
         } = request.into_inner();
         Self::check_count(minibatches.len())?;
         let fingerprint = match (&call, minibatches.first()) {
@@ -459,7 +475,7 @@ impl Shard for ShardService {
         };
         let (core, cache) = (Arc::clone(&self.core), Arc::clone(&self.plans));
         self.blocking(move |b| {
-            let (model, plan) = if minibatches.is_empty() {
+            let (model, mut plan) = if minibatches.is_empty() {
                 let c = call.ok_or_else(|| {
                     ShardError::InvalidArgument(
                         "fields `minibatches` and `call`: an adjust carries its call's \
@@ -469,6 +485,7 @@ impl Shard for ShardService {
                 })?;
                 let model = core.model(c.model_fingerprint)?;
                 model.check_lineage(c.lineage)?;
+                model.check_trainable()?;
                 let key = CallKey {
                     fingerprint: c.model_fingerprint,
                     lineage: c.lineage,
@@ -493,7 +510,12 @@ impl Shard for ShardService {
             // Everything is checked before any row changes: the weights'
             // number and values.
             let applied = weights_of(&raw, &plan, &mut b.scaled, &mut b.weights)
-                .and_then(|()| model.adjust(&plan, &b.weights, &mut b.scratch));
+                .and_then(|()| model.adjust(&mut plan, &b.weights, true, &mut b.scratch))
+                .map(|()| {
+                    if !diverged.is_empty() {
+                        model.mark_diverged(&diverged);
+                    }
+                });
             cache.recycle(plan);
             applied
         })
@@ -648,6 +670,7 @@ impl Shard for ShardService {
                         .collect(),
                     checkpoint_pending: ckpt.pending(),
                     checkpoint_error: ckpt.last_error().unwrap_or_default(),
+                    diverged: m.diverged().unwrap_or_default(),
                 }
             })
             .collect();
@@ -709,7 +732,7 @@ mod tests {
         let req = Request::new(AdjustRequest {
             minibatches: vec![b],
             scaled_weights: colonnade_proto::encode_f16(&weights),
-            call: None,
+            ..AdjustRequest::default()
         });
         s.adjust(req).await.expect("adjust");
     }

@@ -164,7 +164,7 @@ mod tests {
                 .collect();
             p.weights(&scaled, &mut weights, |_| ());
             for m in split {
-                m.adjust(&p, &weights, &mut s).expect("adjust");
+                m.adjust(&mut p, &weights, false, &mut s).expect("adjust");
             }
             assert_eq!(joined_state(), split_state(), "step {seed}: model");
         }

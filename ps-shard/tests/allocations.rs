@@ -100,6 +100,7 @@ fn calls(fp: u64, n: usize, per_call: usize, seed: u64) -> Vec<Call> {
                     minibatches: wire,
                     scaled_weights: encode_f16(&weights),
                     call: None,
+                    ..AdjustRequest::default()
                 },
             }
         })

@@ -105,7 +105,7 @@ proptest! {
             model.plan(std::slice::from_ref(&b), &mut t).expect("plan");
             // Wire order: the examples' positives first, then the negatives.
             let weights: Vec<f32> = (0..pairs * 4).map(|i| if i < pairs { 0.3 } else { -0.2 }).collect();
-            model.adjust(&t, &weights, &mut s).expect("adjust");
+            model.adjust(&mut t, &weights, false, &mut s).expect("adjust");
         }
         let b = mb(seed);
         // Wire-order sums: per example its positive, then every negative.

@@ -215,6 +215,7 @@ fn case(fps: [u64; 2]) -> impl Strategy<Value = Case> {
                 minibatches: batches,
                 scaled_weights: weights.into(),
                 call: None,
+                ..AdjustRequest::default()
             }
             .encode_to_vec();
             for (at, b) in flips {
@@ -307,6 +308,7 @@ fn arbitrary_requests_never_panic_and_rejected_ones_change_nothing() {
                             minibatches: batches,
                             scaled_weights: weights.into(),
                             call: None,
+                            ..AdjustRequest::default()
                         }))
                         .await;
                     answered(&mut tally.borrow_mut(), "adjust", &r)?;

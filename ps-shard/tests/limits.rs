@@ -275,6 +275,7 @@ async fn hostile_requests_end_in_clear_errors_and_the_shard_stays_within_its_bud
             minibatches: vec![pairs(fp, &[1], 0.025)],
             scaled_weights: encode_f16(&[2.0, 0.0, 0.0, 0.0, 0.0, 0.0]),
             call: None,
+            ..AdjustRequest::default()
         })
         .await;
     expect_code(r, Code::InvalidArgument, "`scaled_weights`");
@@ -283,6 +284,7 @@ async fn hostile_requests_end_in_clear_errors_and_the_shard_stays_within_its_bud
             minibatches: vec![pairs(fp, &[1], 1e30)],
             scaled_weights: encode_f16(&[0.5, -0.5, -0.5, -0.5, -0.5, -0.5]),
             call: None,
+            ..AdjustRequest::default()
         })
         .await;
     expect_code(r, Code::InvalidArgument, "`alpha`");

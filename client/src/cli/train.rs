@@ -84,13 +84,13 @@ pub struct TrainArgs {
     /// Calls each thread keeps in flight (shards reached over gRPC).
     #[arg(long, env = "COLONNADE_IN_FLIGHT", default_value_t = 2)]
     pub in_flight: usize,
-    /// Minibatches per call (shards reached over gRPC): independent
-    /// minibatches, each its own update, sent in one dotprod and one adjust
-    /// so that per-call costs are paid once for all of them. Minibatches in
-    /// flight per worker: threads × --in-flight × this. Default: the most
-    /// (up to 4) that keeps all --num-workers workers together at or under
-    /// 16 in flight, beyond which training can diverge (docs/benchmarks.md,
-    /// "Quality against minibatches in flight").
+    /// Minibatches per call (shards reached over gRPC): sent in one dotprod
+    /// and one adjust and applied together, so that per-call and per-row
+    /// costs are paid once for all of them. Minibatches in flight per
+    /// worker: threads × --in-flight × this. Default: the most (up to 4)
+    /// that keeps all --num-workers workers together at or under 64 in
+    /// flight, beyond which quality drops (docs/benchmarks.md, "Quality
+    /// against minibatches in flight").
     #[arg(long, env = "COLONNADE_MINIBATCHES_PER_CALL", value_parser = clap::value_parser!(u32).range(1..=256))]
     pub minibatches_per_call: Option<u32>,
     /// Input words per minibatch.
@@ -139,6 +139,11 @@ pub struct TrainArgs {
     /// is rolled back to the initial state and its checkpoints removed.
     #[arg(long, env = "COLONNADE_RESTART")]
     pub restart: bool,
+    /// Roll every shard back to the newest checkpoint they all hold before
+    /// training (the initial state if there is none), e.g. after training
+    /// diverged: shards refuse to train a diverged model until then.
+    #[arg(long, env = "COLONNADE_ROLLBACK", conflicts_with = "restart")]
+    pub rollback: bool,
     /// Write a JSON summary of the run here.
     #[arg(long, env = "COLONNADE_SUMMARY")]
     pub summary: Option<PathBuf>,
@@ -353,7 +358,7 @@ pub fn check_outputs(args: &TrainArgs) -> anyhow::Result<()> {
 /// Minibatches in flight across all workers of a model up to which quality
 /// holds (docs/benchmarks.md, "Quality against minibatches in flight"): the
 /// default of --minibatches-per-call keeps under it.
-pub const MAX_SAFE_IN_FLIGHT: u64 = 16;
+pub const MAX_SAFE_IN_FLIGHT: u64 = 64;
 
 /// `--minibatches-per-call`: as given, else the most up to 4 that keeps the
 /// `workers` workers' `calls` calls each at or under [`MAX_SAFE_IN_FLIGHT`]
@@ -372,7 +377,8 @@ pub fn minibatches_per_call(given: Option<u32>, calls: usize, workers: u64) -> u
             minibatches_per_call = per_call,
             "{in_flight} minibatches in flight across the workers (threads x --in-flight x \
              --minibatches-per-call x --num-workers): on part 01 more than {MAX_SAFE_IN_FLIGHT} \
-             diverged; lower --in-flight or --threads if training stops with a divergence error"
+             trained to a lower accuracy, and 1,024 diverged; lower --in-flight, --threads or \
+             --minibatches-per-call if accuracy matters more than throughput"
         );
     }
     per_call as usize
@@ -383,18 +389,19 @@ mod tests {
     use super::minibatches_per_call;
 
     #[test]
-    fn default_minibatches_per_call_keeps_the_cluster_at_16_in_flight() {
+    fn default_minibatches_per_call_keeps_the_cluster_at_64_in_flight() {
         // 2 threads × 2 in flight = 4 calls per worker.
         assert_eq!(minibatches_per_call(None, 4, 1), 4);
-        assert_eq!(minibatches_per_call(None, 4, 2), 2);
-        assert_eq!(minibatches_per_call(None, 4, 4), 1);
-        assert_eq!(minibatches_per_call(None, 4, 8), 1, "never below one");
-        assert_eq!(minibatches_per_call(None, 1, 1), 4, "never above four");
         assert_eq!(
-            minibatches_per_call(None, 3, 1),
+            minibatches_per_call(None, 4, 4),
             4,
-            "16 / 3 = 5, capped at 4"
+            "4 workers: 64 in flight"
         );
+        assert_eq!(minibatches_per_call(None, 4, 8), 2);
+        assert_eq!(minibatches_per_call(None, 4, 16), 1);
+        assert_eq!(minibatches_per_call(None, 4, 64), 1, "never below one");
+        assert_eq!(minibatches_per_call(None, 1, 1), 4, "never above four");
+        assert_eq!(minibatches_per_call(None, 24, 1), 2, "64 / 24 = 2");
         assert_eq!(
             minibatches_per_call(Some(8), 4, 4),
             8,

@@ -1,0 +1,153 @@
+//! Staleness across calls in flight: per row of a model, the dot products
+//! of the calls planned on it whose updates have not been applied yet
+//! ([`Pending`]).
+//!
+//! A call's dot products all read the model as its `dotprod` found it, and
+//! its `adjust` applies their summed steps later; the calls in flight at the
+//! same time (every pipeline of every worker) read nearly the same state.
+//! The row step cap ([`crate::plan::row_step_cap`]) bounds the stale steps
+//! one call gives a row; across calls, a row's step is scaled by the same
+//! rule with k the dot products *pending* on it (its own, and a share of
+//! those of every other call planned and not yet applied: [`OTHERS_SHARE`]),
+//! so that the steps all calls in flight give a row stay within a few caps,
+//! however many are in flight
+//! (staleness-aware asynchronous SGD, Zhang et al. 2016, counted per row:
+//! docs/design.md, "Staleness across calls in flight"). A call alone, or
+//! one whose rows no other call touches, steps exactly as before.
+//!
+//! Counts are kept per shard (each counts the calls it served), in memory
+//! only: a restarted shard starts from none pending. Nothing here may hold
+//! a row lock or touch the rows.
+#![allow(
+    unsafe_code,
+    reason = "the counters are a zeroed u32 allocation viewed as atomics"
+)]
+
+use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
+
+/// Per row of each matrix: dot products pending on it.
+pub struct Pending {
+    u: Box<[AtomicU32]>,
+    v: Box<[AtomicU32]>,
+}
+
+/// Bytes of [`Pending`] per row of a model (both matrices).
+pub const PENDING_BYTES_PER_ROW: u64 = 8;
+
+impl Pending {
+    /// No dot product pending on any of `rows` rows. The counters are
+    /// zeroed by the allocator (pages the kernel maps in only when a count
+    /// first changes), so a model never trained over gRPC costs no memory.
+    pub fn new(rows: usize) -> Self {
+        Self {
+            u: zeroed(rows),
+            v: zeroed(rows),
+        }
+    }
+
+    /// The counters of the input (`u`) or output (`v`) matrix.
+    pub fn of(&self, input: bool) -> &[AtomicU32] {
+        if input {
+            &self.u
+        } else {
+            &self.v
+        }
+    }
+
+    /// Adds `k` dot products pending on `row` (saturating).
+    #[inline]
+    pub fn add(counts: &[AtomicU32], row: u32, k: u64) {
+        if let Some(c) = counts.get(row as usize) {
+            let k = u32::try_from(k).unwrap_or(u32::MAX);
+            let _ = c.fetch_update(Relaxed, Relaxed, |n| Some(n.saturating_add(k)));
+        }
+    }
+
+    /// Takes `k` dot products pending on `row` away (never below zero).
+    #[inline]
+    pub fn sub(counts: &[AtomicU32], row: u32, k: u64) {
+        if let Some(c) = counts.get(row as usize) {
+            let k = u32::try_from(k).unwrap_or(u32::MAX);
+            let _ = c.fetch_update(Relaxed, Relaxed, |n| Some(n.saturating_sub(k)));
+        }
+    }
+
+    /// The dot products a row's step stands for: its own `k`, and each
+    /// [`OTHERS_SHARE`]-th of the others pending on it (rounded up), its own
+    /// taken out of the count when the call is `counted` among them.
+    #[inline]
+    pub fn load(counts: &[AtomicU32], row: u32, k: u64, counted: bool) -> u64 {
+        let pending = counts.get(row as usize).map_or(0, |c| c.load(Relaxed));
+        let others = if counted {
+            u64::from(pending).saturating_sub(k)
+        } else {
+            u64::from(pending)
+        };
+        k + others.div_ceil(OTHERS_SHARE)
+    }
+}
+
+/// Other calls' dot products pending on a row count for one in
+/// [`OTHERS_SHARE`] of the call's own in its step scale. Their steps come
+/// from nearly the same state as the call's own, but not the same: counting
+/// them in full (1) kept every setting measured up to 1,024 minibatches in
+/// flight from diverging but cost 3.5 analogy points at 64 in flight and 12
+/// at 256; counting one in 4 trained 64 in flight as well as 16 and lost
+/// the least at 256 (one in 8 diverged at 256; docs/benchmarks.md,
+/// "Quality against minibatches in flight").
+pub const OTHERS_SHARE: u64 = 4;
+
+/// `n` atomics at zero, from a zeroed allocation.
+fn zeroed(n: usize) -> Box<[AtomicU32]> {
+    const _: () = assert!(
+        size_of::<AtomicU32>() == size_of::<u32>() && align_of::<AtomicU32>() == align_of::<u32>()
+    );
+    let zeros: Box<[u32]> = vec![0u32; n].into_boxed_slice();
+    let raw = Box::into_raw(zeros);
+    // SAFETY: AtomicU32 has the size, alignment and bit validity of u32
+    // (checked above), so the allocation of `n` zero u32 is one of `n`
+    // AtomicU32 at zero, with the same layout for its deallocation.
+    unsafe { Box::from_raw(raw as *mut [AtomicU32]) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_add_take_and_saturate() {
+        let p = Pending::new(3);
+        let v = p.of(false);
+        Pending::add(v, 1, 5);
+        Pending::add(v, 1, 7);
+        assert_eq!(
+            Pending::load(v, 1, 5, true),
+            5 + 2,
+            "its own counted: 7 others"
+        );
+        assert_eq!(
+            Pending::load(v, 1, 4, false),
+            4 + 3,
+            "its own added: 12 others"
+        );
+        assert_eq!(Pending::load(v, 0, 4, false), 4, "nothing else pending");
+        Pending::sub(v, 1, 5);
+        assert_eq!(Pending::load(v, 1, 7, true), 7);
+        Pending::add(v, 1, 4 * OTHERS_SHARE);
+        assert_eq!(Pending::load(v, 1, 7, true), 7 + 4);
+        Pending::sub(v, 1, 100);
+        assert_eq!(Pending::load(v, 1, 0, true), 0, "never below zero");
+        Pending::add(v, 2, u64::MAX);
+        assert_eq!(
+            Pending::load(v, 2, 0, true),
+            u64::from(u32::MAX).div_ceil(OTHERS_SHARE)
+        );
+        Pending::add(v, 9, 1);
+        assert_eq!(
+            Pending::load(v, 9, 3, true),
+            3,
+            "a row out of range counts nothing"
+        );
+        assert_eq!(Pending::load(p.of(true), 1, 2, true), 2, "u apart from v");
+    }
+}
