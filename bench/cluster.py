@@ -9,7 +9,8 @@ Three parts, each optional, in one run on the same two cores:
    `colonnade train --shards ... --threads 2` worker with its defaults), the
    CPU seconds of every whole process (the worker's rusage, each shard's
    utime+stime from /proc just before it is stopped) per corpus token trained
-   (tokens x epochs), the ratio of the total to the embedded run's of the same
+   (tokens x epochs; every layout also writes its vectors, as an embedded
+   run must), the ratio of the total to the embedded run's of the same
    binary, and S against S/2. With --old-bin-dir every layout is run with the
    old binary right before the new one, so a pair shares the machine's load.
 2. **Against gensim** (--vs-gensim): gensim 4.4 `Word2Vec(workers=2)` and 2
@@ -95,7 +96,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--cpu-sample", type=float, default=1e-4)
     p.add_argument("--vs-gensim", action="store_true", help="run part 2")
     p.add_argument("--rounds", type=int, default=3, help="rounds of part 2")
-    p.add_argument("--in-flight", default="16,64,256,1024", help="minibatches in flight of part 3; '' skips it")
+    p.add_argument("--in-flight", default="16,64,256,1024",
+                   help="minibatches in flight of part 3, each N (IN_FLIGHT's configuration) or "
+                        "threads/in-flight/per-call; '' skips it")
     p.add_argument("--samples", default="1e-3,1e-4")
     p.add_argument("--seeds", default="1")
     return p.parse_args(argv)
@@ -162,8 +165,13 @@ def cpu_part(args, plain: Path, vocab: Path, work: Path) -> list[dict]:
             for name, bin_dir in reversed(bins):  # old first, then new
                 tag = f"cpu-{name}-d{size}-s{shards}"
                 log(f"{tag}: training")
-                r = run_layout(bin_dir, shards, train_flags(args, plain, vocab, size, args.cpu_sample), work, tag)
+                # Every layout writes its vectors: an embedded run must, and
+                # so all pay for an export.
+                r = run_layout(bin_dir, shards, train_flags(args, plain, vocab, size, args.cpu_sample), work, tag,
+                               output=work / f"{tag}.bin")
                 r.update(binary=name, size=size)
+                for f in (work / f"{tag}.bin", work / f"{tag}.h5"):
+                    f.unlink(missing_ok=True)
                 if "failure" in r:
                     log(f"{tag}: FAILED\n{r['failure']}")
                 else:
@@ -203,7 +211,8 @@ def gensim_part(args, plain: Path, vocab: Path, work: Path) -> dict:
     for i in range(args.rounds):
         g = run_gensim(g_args, plain, work, tag=f"gensim{i}")
         runs["gensim"].append(g["corpus_tokens"] / g["train_seconds"])
-        r = run_layout(args.bin_dir, 2, train_flags(args, plain, vocab, 100, args.cpu_sample), work, f"vsg{i}")
+        r = run_layout(args.bin_dir, 2, train_flags(args, plain, vocab, 100, args.cpu_sample), work, f"vsg{i}",
+                       output=work / f"vsg{i}.bin")
         runs["cluster"].append(r.get("words_per_second"))
         log(f"round {i}: gensim {runs['gensim'][-1]:,.0f} words/s, 2 ps-shard + 1 worker "
             f"{fmt(runs['cluster'][-1], ',.0f')} words/s")
@@ -216,8 +225,12 @@ def gensim_part(args, plain: Path, vocab: Path, work: Path) -> dict:
 def in_flight_part(args, plain: Path, vocab: Path, work: Path) -> list[dict]:
     rows = []
     for sample in floats(args.samples):
-        for n in ints(args.in_flight):
-            threads, in_flight, per_call = IN_FLIGHT[n]
+        for item in [x.strip() for x in args.in_flight.split(",") if x.strip()]:
+            if "/" in item:
+                threads, in_flight, per_call = (int(x) for x in item.split("/"))
+            else:
+                threads, in_flight, per_call = IN_FLIGHT[int(item)]
+            n = threads * in_flight * per_call
             for seed in ints(args.seeds):
                 tag = f"if{n}-s{sample:g}-seed{seed}"
                 flags = ("--threads", str(threads), "--in-flight", str(in_flight),
@@ -246,14 +259,14 @@ def in_flight_table(rows: list[dict]) -> str:
              "|---|---:|---|---:|---:|---:|---:|---:|---|"]
     groups: dict = {}
     for r in rows:
-        groups.setdefault((r["sample"], r["in_flight"]), []).append(r)
+        groups.setdefault((r["sample"], r["in_flight"], r["config"]), []).append(r)
     base = {}
-    for (sample, n), rs in groups.items():
+    for (sample, n, _), rs in groups.items():
         ok = [r for r in rs if "eval" in r]
         an = statistics.median(100 * r["eval"]["analogy_accuracy"] for r in ok) if ok else None
         ws = statistics.median(r["eval"]["ws353_spearman"] for r in ok) if ok else None
         wps = statistics.median(r["words_per_second"] for r in ok) if ok else None
-        if n == 16:
+        if n == 16 and sample not in base:
             base[sample] = an
         delta = an - base[sample] if an is not None and base.get(sample) is not None else None
         failed = [("diverged" if r.get("diverged") else "error") + f" (seed {r['seed']})" for r in rs if "eval" not in r]
@@ -307,7 +320,7 @@ def main(argv: list[str]) -> int:
         for i, (gw, cw) in enumerate(zip(g["gensim"], g["cluster"])):
             report.append(f"| {i} | {gw:,.0f} | {fmt(cw, ',.0f')} | {fmt(cw / gw if cw else None, '.2f')} |")
         report += ["", f"Median ratio: {fmt(g['median_ratio'], '.2f')}", ""]
-    if ints(args.in_flight):
+    if args.in_flight.strip():
         rows = in_flight_part(args, plain, vocab, work)
         result["in_flight"] = rows
         report += ["## Minibatches in flight (2 ps-shard processes, 1 worker, d 100, 1 epoch)", "",

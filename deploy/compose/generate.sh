@@ -155,8 +155,10 @@ EOF
     <<: *colonnade
     command: ["train"]
     # A failed worker is started again and resumes its part from the newest
-    # checkpoint; one that finished (exit 0) is not.
-    restart: on-failure
+    # checkpoint; one that finished (exit 0) is not. At most 5 times: a
+    # worker refused by a diverged model (docs/deploy.md) is not restarted
+    # forever. (Shard failures are retried inside the worker, not by this.)
+    restart: on-failure:5
     depends_on:
       vocab:
         condition: service_completed_successfully
