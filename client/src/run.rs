@@ -24,7 +24,11 @@ use std::time::{Duration, Instant};
 /// Runs `colonnade train`: everything that can be checked without reading
 /// the corpus is checked first (flags, corpus files, outputs, then the
 /// running shards), so mistakes fail in the first second.
-pub async fn run_train(args: TrainArgs, connector: &Connector) -> anyhow::Result<TrainSummary> {
+pub async fn run_train(mut args: TrainArgs, connector: &Connector) -> anyhow::Result<TrainSummary> {
+    // No running shards named: one embedded shard, the single-machine mode.
+    if args.shards.is_empty() && args.embedded_shards.is_none() {
+        args.embedded_shards = Some(1);
+    }
     validate(&args)?;
     if args.graph.graph.is_none() && args.encoded.is_none() {
         check_corpus(&args.corpus, args.vocab.is_some(), args.iter)?;
@@ -122,8 +126,12 @@ pub async fn run_train(args: TrainArgs, connector: &Connector) -> anyhow::Result
         "training done"
     );
     eprintln!(
-        "trained {} words ({} epochs) in {:.1} s: {:.0} words/s",
-        summary.tokens, args.iter, summary.seconds, summary.tokens_per_second
+        "trained {} words ({} epoch{}) in {:.1} s: {:.0} words/s",
+        summary.tokens,
+        args.iter,
+        if args.iter == 1 { "" } else { "s" },
+        summary.seconds,
+        summary.tokens_per_second
     );
     if summary.invalid_utf8_sentences_skipped > 0 {
         eprintln!(

@@ -157,6 +157,17 @@ def test_num_workers_with_embedded_shards_is_refused(tmp_path, corpus_100k):
     assert "corpus counted" not in res.stderr and not out.exists(), res.describe()
 
 
+def test_train_without_shards_runs_one_embedded_shard_with_gensims_names(tmp_path, corpus_100k):
+    """No --shards and no --embedded-shards: one embedded shard, as word2vec and
+    gensim train on one machine; --epochs and --vector-size are --iter and --size."""
+    out = tmp_path / "m.txt"
+    res = run(train_args(corpus_100k, size=None, iter=None, epochs=1, vector_size=16, output_text=out))
+    assert "(1 epoch)" in res.stderr, res.describe()
+    header = out.read_text(encoding="utf-8").split("\n", 1)[0].split()
+    assert int(header[1]) == 16, header
+    assert int(header[0]) > 100, header
+
+
 def test_workers_flag_explains_threads(tmp_path, corpus_100k):
     res = run_fail(train_args(corpus_100k, embedded_shards=1, workers=4, output_text=tmp_path / "m.txt"))
     assert "gensim" in res.stderr and "--threads" in res.stderr, res.describe()

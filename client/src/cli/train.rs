@@ -27,7 +27,7 @@ pub struct TrainArgs {
     pub graph: GraphArgs,
     /// Run this many shards inside this process. Training calls them
     /// directly (no encoding, no sockets); export reads them over gRPC on
-    /// loopback.
+    /// loopback. Default: 1 when no --shards are given.
     #[arg(long, env = "COLONNADE_EMBEDDED_SHARDS", conflicts_with = "shards")]
     pub embedded_shards: Option<usize>,
     /// Train embedded shards through gRPC on loopback, as remote shards are
@@ -43,8 +43,13 @@ pub struct TrainArgs {
     /// Write the vocabulary used here.
     #[arg(long, env = "COLONNADE_SAVE_VOCAB")]
     pub save_vocab: Option<PathBuf>,
-    /// Vector dimension.
-    #[arg(long, env = "COLONNADE_SIZE", default_value_t = 100)]
+    /// Vector dimension (gensim's `vector_size`).
+    #[arg(
+        long,
+        visible_alias = "vector-size",
+        env = "COLONNADE_SIZE",
+        default_value_t = 100
+    )]
     pub size: u32,
     /// Maximum skip length between words.
     #[arg(long, env = "COLONNADE_WINDOW", default_value_t = 5)]
@@ -73,8 +78,13 @@ pub struct TrainArgs {
     /// Starting learning rate.
     #[arg(long, env = "COLONNADE_ALPHA", default_value_t = 0.025)]
     pub alpha: f32,
-    /// Training epochs.
-    #[arg(long, env = "COLONNADE_ITER", default_value_t = 5)]
+    /// Training epochs (word2vec's -iter, gensim's `epochs`).
+    #[arg(
+        long,
+        visible_alias = "epochs",
+        env = "COLONNADE_ITER",
+        default_value_t = 5
+    )]
     pub iter: u32,
     /// Training threads of this process (word2vec's -threads, gensim's
     /// `workers`): minibatch pipelines, and the compute threads of embedded
