@@ -545,9 +545,10 @@ impl Sgns {
         // Either path applies the same updates: every dot product's weight
         // under the divergence rule (`applied_weight`: none for a diverged
         // one); then a call with a diverged dot product stops training.
-        if shards.fused_step(mbs, &mut self.dots).await? {
+        let diverged = if shards.fused_step(mbs, &mut self.dots).await? {
             // The shards weighed and applied the dot products themselves.
             self.check_count(examples, mbs.len())?;
+            self.divergence(mbs)
         } else {
             shards.dotprod(mbs, &mut self.dots).await?;
             self.check_count(examples, mbs.len())?;
@@ -558,13 +559,15 @@ impl Sgns {
                     .enumerate()
                     .map(|(t, &f)| applied_weight(f, t < examples)),
             );
-            if let Some(why) = self.divergence(mbs) {
+            let diverged = self.divergence(mbs);
+            if let Some(why) = &diverged {
                 // The shards mark the model with it: no worker trains on.
-                shards.note_divergence(&why);
+                shards.note_divergence(why);
             }
             shards.adjust(mbs, &self.scaled).await?;
-        }
-        if let Some(why) = self.divergence(mbs) {
+            diverged
+        };
+        if let Some(why) = diverged {
             bail!("{why}");
         }
         let loss = self.sampled_loss(examples);

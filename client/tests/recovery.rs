@@ -48,6 +48,15 @@ async fn connect(shards: &[SpawnedShard]) -> Cluster {
         .expect("connect")
 }
 
+/// `cluster`'s reconcile for this test's worker, begun `how`, after no
+/// failure (it must succeed).
+async fn reconcile(cluster: &Cluster, how: Begin) -> Session {
+    cluster
+        .reconcile(WORKER, how, None, false, RETRY)
+        .await
+        .expect("reconcile")
+}
+
 /// Both matrices of the model on `shards`, assembled, as bit patterns.
 fn model_bits(shards: &[SpawnedShard], fp: u64, v: u64) -> Vec<u32> {
     let cores: Vec<_> = shards.iter().map(|s| Arc::clone(&s.core)).collect();
@@ -183,10 +192,7 @@ async fn a_failed_run_resumed_from_its_checkpoint_ends_as_the_uninterrupted_one(
     let plain = [shard(None).await, shard(None).await];
     let mut cluster = connect(&plain).await;
     let fp = run.create(&mut cluster).await;
-    let start = cluster
-        .reconcile(WORKER, Begin::Resume, None, false, RETRY)
-        .await
-        .expect("reconcile");
+    let start = reconcile(&cluster, Begin::Resume).await;
     let end = run.train_from(&cluster, &start).await;
     let uninterrupted = model_bits(&plain, fp, v);
 
@@ -194,10 +200,7 @@ async fn a_failed_run_resumed_from_its_checkpoint_ends_as_the_uninterrupted_one(
     let kept = [shard(Some(&dirs[0])).await, shard(Some(&dirs[1])).await];
     let mut cluster = connect(&kept).await;
     run.create(&mut cluster).await;
-    let first = cluster
-        .reconcile(WORKER, Begin::Resume, None, false, RETRY)
-        .await
-        .expect("reconcile");
+    let first = reconcile(&cluster, Begin::Resume).await;
     assert!(first.persistent && first.version == 0 && !first.restored);
     let shards = cluster
         .pipelines(first.lineage, Duration::from_secs(30))
@@ -263,10 +266,7 @@ async fn checkpointed(run: &Run, dirs: &[PathBuf; 2]) -> (Vec<SpawnedShard>, u64
     let shards = vec![shard(Some(&dirs[0])).await, shard(Some(&dirs[1])).await];
     let mut cluster = connect(&shards).await;
     let fp = run.create(&mut cluster).await;
-    let session = cluster
-        .reconcile(WORKER, Begin::Resume, None, false, RETRY)
-        .await
-        .expect("reconcile");
+    let session = reconcile(&cluster, Begin::Resume).await;
     let end = run.train_from(&cluster, &session).await;
     let pipes = cluster
         .pipelines(session.lineage, Duration::from_secs(30))
@@ -322,18 +322,12 @@ async fn a_restarted_shard_rolls_every_shard_back_to_the_common_checkpoint() {
         .expect_err("another lineage");
     assert_eq!(err.code, tonic::Code::Aborted, "{err}");
 
-    let session = cluster
-        .reconcile(WORKER, Begin::Resume, None, false, RETRY)
-        .await
-        .expect("reconcile");
+    let session = reconcile(&cluster, Begin::Resume).await;
     assert!(session.restored && session.version == 1, "{session:?}");
     assert!(model_bits(&shards, fp, v) == at_checkpoint);
     assert!(session.position.jobs > 0, "the manifest's position");
     // Reconciling again changes nothing: the shards agree now.
-    let again = cluster
-        .reconcile(WORKER, Begin::Resume, None, false, RETRY)
-        .await
-        .expect("reconcile");
+    let again = reconcile(&cluster, Begin::Resume).await;
     assert!(!again.restored && again.lineage == session.lineage);
     for s in shards {
         s.stop().await;
@@ -356,10 +350,7 @@ async fn a_shard_restarted_empty_takes_every_shard_back_to_the_start() {
     let mut cluster = connect(&shards).await;
     // As a worker does: attach where the model is, create it where not.
     run.create(&mut cluster).await;
-    let session = cluster
-        .reconcile(WORKER, Begin::Resume, None, false, RETRY)
-        .await
-        .expect("reconcile");
+    let session = reconcile(&cluster, Begin::Resume).await;
     assert!(session.restored && session.version == 0, "{session:?}");
     assert_eq!(session.position, Position::default());
     let fresh = [shard(None).await, shard(None).await];
@@ -384,10 +375,7 @@ async fn restart_goes_back_to_the_start_and_drops_the_checkpoints() {
     let (shards, fp, _, _) = checkpointed(&run, &dirs).await;
     let mut cluster = connect(&shards).await;
     run.create(&mut cluster).await;
-    let session = cluster
-        .reconcile(WORKER, Begin::Restart, None, false, RETRY)
-        .await
-        .expect("reconcile");
+    let session = reconcile(&cluster, Begin::Restart).await;
     assert!(session.restored && session.version == 0, "{session:?}");
     for s in &shards {
         let versions = s.core.checkpoints(fp).versions();
@@ -420,10 +408,7 @@ async fn a_diverged_model_is_refused_until_rolled_back() {
     let (shards, fp, _, at_checkpoint) = checkpointed(&run, &dirs).await;
     let mut cluster = connect(&shards).await;
     run.create(&mut cluster).await;
-    let session = cluster
-        .reconcile(WORKER, Begin::Resume, None, false, RETRY)
-        .await
-        .expect("reconcile");
+    let session = reconcile(&cluster, Begin::Resume).await;
     // A learning rate that blows the model up within a few calls.
     let mut wild = run.p.clone();
     wild.alpha = 50.0;
@@ -479,10 +464,7 @@ async fn a_diverged_model_is_refused_until_rolled_back() {
     );
 
     // --rollback: back to checkpoint 1, trainable again.
-    let back = cluster
-        .reconcile(WORKER, Begin::Rollback, None, false, RETRY)
-        .await
-        .expect("rollback");
+    let back = reconcile(&cluster, Begin::Rollback).await;
     assert!(back.restored && back.version == 1, "{back:?}");
     assert!(model_bits(&shards, fp, v) == at_checkpoint);
     let mut pipes = cluster

@@ -14,8 +14,12 @@ use colonnade_common::model::{Matrix, ShardSpec};
 use colonnade_common::sampler::NegativeSampler;
 use colonnade_proto::domain::invalid_argument as invalid;
 use colonnade_proto::{validate_spec, Minibatch, ShardError, DIVERGED_PREFIX};
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
+
+/// The most characters of a client's divergence report a model keeps (and
+/// logs, and shows in `Status`).
+const MAX_DIVERGED_CHARS: usize = 2_000;
 
 #[derive(Default)]
 pub struct ModelStats {
@@ -43,6 +47,9 @@ pub struct Model {
     /// Why training diverged on this state (`None`: it has not): set by the
     /// adjust that reported it; the state takes no training call since.
     diverged: parking_lot::Mutex<Option<String>>,
+    /// Whether `diverged` is set: what every training call reads, without
+    /// taking the lock.
+    is_diverged: AtomicBool,
     /// Dot products pending per row: of calls whose dotprod was served and
     /// whose adjust was not applied yet ([`crate::stale`]).
     pending: Arc<Pending>,
@@ -194,6 +201,7 @@ impl Model {
             base_version: 0,
             stats: ModelStats::default(),
             diverged: parking_lot::Mutex::new(None),
+            is_diverged: AtomicBool::new(false),
             pending: Arc::new(Pending::new(rows)),
         })
     }
@@ -213,11 +221,17 @@ impl Model {
     pub fn set_lineage(&self, lineage: u64) {
         self.lineage.store(lineage, Relaxed);
         *self.diverged.lock() = None;
+        self.is_diverged.store(false, Relaxed);
     }
 
     /// Marks this state diverged, as a client found (the first report
     /// stays): it takes no training call from now on.
     pub fn mark_diverged(&self, why: &str) {
+        // A client's text: kept to a log line's length.
+        let why = why
+            .char_indices()
+            .nth(MAX_DIVERGED_CHARS)
+            .map_or(why, |(end, _)| &why[..end]);
         let mut d = self.diverged.lock();
         if d.is_none() {
             tracing::error!(
@@ -225,6 +239,7 @@ impl Model {
                 "training diverged: {why}; refusing training calls until a restore"
             );
             *d = Some(why.to_owned());
+            self.is_diverged.store(true, Relaxed);
         }
     }
 
@@ -237,6 +252,9 @@ impl Model {
     /// the one error that says so, instead of training on garbage or
     /// diverging again.
     pub fn check_trainable(&self) -> Result<(), ShardError> {
+        if !self.is_diverged.load(Relaxed) {
+            return Ok(());
+        }
         match &*self.diverged.lock() {
             None => Ok(()),
             Some(why) => Err(ShardError::FailedPrecondition(format!(
@@ -631,5 +649,20 @@ mod tests {
             s.fill(3.0);
             assert!(b.lend(len, true).iter().all(|&x| x == 0.0), "{len} floats");
         }
+    }
+
+    #[test]
+    fn a_diverged_state_refuses_training_until_relabelled() {
+        let m = model();
+        assert!(m.check_trainable().is_ok());
+        m.mark_diverged(&"é".repeat(10_000));
+        m.mark_diverged("a later report");
+        let why = m.diverged().expect("marked");
+        assert_eq!(why.chars().count(), MAX_DIVERGED_CHARS, "kept to its limit");
+        assert!(why.starts_with('é'), "the first report stays");
+        let err = m.check_trainable().expect_err("refused");
+        assert!(err.to_string().contains(DIVERGED_PREFIX), "{err}");
+        m.set_lineage(7);
+        assert!(m.check_trainable().is_ok() && m.diverged().is_none());
     }
 }
