@@ -31,6 +31,7 @@ fn main() -> anyhow::Result<()> {
         .collect();
     let schedule = Schedule {
         alpha0: 0.025,
+        min_alpha: None,
         words_total: u64::from(iter) * total,
     };
     let former = BatchFormer::new(keep, 5, 256, 1, 0, schedule);

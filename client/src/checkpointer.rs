@@ -6,6 +6,7 @@
 
 use crate::cluster::{Cluster, Worker, CONTROL_TIMEOUT};
 use crate::grpc::{broadcast, with_timeout, GrpcShard};
+use crate::identity::RunRecord;
 use crate::train::{Checkpointer, Position};
 use anyhow::{bail, Context};
 use colonnade_proto::v1::{CheckpointRequest, StatusRequest};
@@ -25,6 +26,9 @@ pub struct GrpcCheckpointer {
     worker: u32,
     num_workers: u32,
     interval: Duration,
+    /// What this worker trains: recorded with its position in every
+    /// manifest, so that a resumed run can be checked against it.
+    record: Arc<RunRecord>,
     /// How long to wait at a barrier for the other workers.
     barrier_timeout: Duration,
     /// Pending versions other workers announced (from adjust answers).
@@ -49,11 +53,12 @@ impl GrpcCheckpointer {
     /// A checkpointer of `cluster`'s model in state `lineage`, for
     /// `worker`, every `interval`; `complete` is the newest version known
     /// on every shard's disk, and `announced` where the pipelines record the
-    /// versions other workers wait at.
+    /// versions other workers wait at; `record` is what this worker trains.
     pub fn new(
         cluster: &Cluster,
         lineage: u64,
         worker: Worker,
+        record: Arc<RunRecord>,
         interval: Duration,
         complete: u64,
         announced: Arc<AtomicU64>,
@@ -67,6 +72,7 @@ impl GrpcCheckpointer {
             worker: worker.index as u32,
             num_workers: worker.count as u32,
             interval,
+            record,
             barrier_timeout: Duration::from_secs(120).min(interval.max(Duration::from_secs(30))),
             announced,
             versions: Arc::new(Mutex::new(Versions {
@@ -89,7 +95,14 @@ impl GrpcCheckpointer {
         finished: bool,
         durable: bool,
     ) -> anyhow::Result<Result<(u64, f64), u64>> {
-        let position = serde_json::to_vec(position).context("position")?;
+        let mut entry = serde_json::to_value(position).context("position")?;
+        if let Some(map) = entry.as_object_mut() {
+            map.insert(
+                "run".into(),
+                serde_json::to_value(&*self.record).context("run record")?,
+            );
+        }
+        let position = serde_json::to_vec(&entry).context("position")?;
         let req = CheckpointRequest {
             model_fingerprint: self.fingerprint,
             lineage: self.lineage,

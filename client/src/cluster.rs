@@ -16,6 +16,7 @@
 //! worker resumes from its position in that version's manifest.
 
 use crate::grpc::{broadcast, same_api, with_timeout, GrpcShard, GrpcShards};
+use crate::identity::RunRecord;
 use crate::train::Position;
 use anyhow::{bail, Context};
 use colonnade_common::model::{ModelSpec, ShardSpec};
@@ -65,6 +66,11 @@ pub struct Session {
     /// part was finished there.
     pub position: Position,
     pub finished: bool,
+    /// What this worker trained in that version, as its manifest records it
+    /// (none at version 0, or from releases that did not record it).
+    pub record: Option<RunRecord>,
+    /// Some shard has applied adjusts to this state since its base version.
+    pub trained: bool,
     /// Every shard keeps checkpoints (`--data-dir`).
     pub persistent: bool,
     /// The state was rolled back (or relabelled) to reach agreement.
@@ -518,12 +524,14 @@ impl Cluster {
                 );
             }
             if consistent && !restart && !rollback && !suspect {
-                let (position, finished) = position_in(&models, common, worker)?;
+                let (position, finished, record) = position_in(&models, common, worker)?;
                 return Ok(Session {
                     lineage: models[0].lineage,
                     version: common,
                     position,
                     finished,
+                    record,
+                    trained: trained > 0,
                     persistent,
                     restored,
                 });
@@ -588,14 +596,15 @@ impl Cluster {
     }
 }
 
-/// This worker's position in the manifest of `version` (0: the start).
+/// This worker's position in the manifest of `version` (0: the start),
+/// whether its part was finished there, and the run it recorded.
 fn position_in(
     models: &[&ModelStatus],
     version: u64,
     worker: Worker,
-) -> anyhow::Result<(Position, bool)> {
+) -> anyhow::Result<(Position, bool, Option<RunRecord>)> {
     if version == 0 {
-        return Ok((Position::default(), false));
+        return Ok((Position::default(), false, None));
     }
     let manifest = models
         .iter()
@@ -633,7 +642,13 @@ fn position_in(
             )
         })?
     };
-    Ok((position, w.finished))
+    // Manifests of releases before the record have none; one unreadable is
+    // treated the same (the position above was readable).
+    let record = w
+        .position
+        .get("run")
+        .and_then(|r| serde_json::from_value(r.clone()).ok());
+    Ok((position, w.finished, record))
 }
 
 /// The manifest a shard writes with every checkpoint version.

@@ -20,6 +20,8 @@ pub struct HealthArgs {
     /// Service name to check ("" is the whole server).
     #[arg(long, env = "COLONNADE_SERVICE", default_value = "colonnade.v1.Shard")]
     pub service: String,
+    #[command(flatten, next_help_heading = "Connecting to shards")]
+    pub connect: crate::cli::ConnectArgs,
 }
 
 pub async fn run(args: &HealthArgs, connector: &colonnade_setup::Connector) -> anyhow::Result<()> {

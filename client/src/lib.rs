@@ -23,6 +23,8 @@ pub mod encode;
 pub mod flags;
 pub mod grpc;
 pub mod health;
+pub mod identity;
+pub mod interrupt;
 pub mod models;
 pub mod preflight;
 pub mod run;

@@ -35,6 +35,8 @@ pub struct ListArgs {
     /// Print JSON instead of a table.
     #[arg(long, env = "COLONNADE_JSON")]
     pub json: bool,
+    #[command(flatten, next_help_heading = "Connecting to shards")]
+    pub connect: crate::cli::ConnectArgs,
 }
 
 #[derive(clap::Args, Debug)]
@@ -45,6 +47,8 @@ pub struct DropArgs {
     /// The model to drop (hex, as `colonnade models list` prints it).
     #[arg(long, env = "COLONNADE_FINGERPRINT")]
     pub fingerprint: String,
+    #[command(flatten, next_help_heading = "Connecting to shards")]
+    pub connect: crate::cli::ConnectArgs,
 }
 
 /// One model on one shard, as `models list --json` prints it.
@@ -113,10 +117,10 @@ impl From<&ModelStatus> for ModelInfo {
     }
 }
 
-pub async fn run(args: ModelsArgs, connector: &Connector) -> anyhow::Result<()> {
+pub async fn run(args: ModelsArgs) -> anyhow::Result<()> {
     match args.command {
-        ModelsCommand::List(a) => list(&a, connector).await,
-        ModelsCommand::Drop(a) => drop_model(&a, connector).await,
+        ModelsCommand::List(a) => list(&a, &a.connect.connector()?).await,
+        ModelsCommand::Drop(a) => drop_model(&a, &a.connect.connector()?).await,
     }
 }
 

@@ -6,6 +6,8 @@
 use crate::checkpointer::GrpcCheckpointer;
 use crate::cli::train::{check_outputs, minibatches_per_call, validate, TrainArgs};
 use crate::cluster::{recoverable, Begin, Cluster, Session, Worker};
+use crate::identity::RunRecord;
+use crate::interrupt::{Interrupted, Interrupts};
 use crate::preflight::{available_memory, check_corpus, embedded_bytes, human_bytes, shard_bytes};
 use crate::stream::Source;
 use crate::train::{report, train, NoCheckpoints, Progress, Tracker, TrainParams, TrainSummary};
@@ -30,6 +32,8 @@ pub async fn run_train(mut args: TrainArgs, connector: &Connector) -> anyhow::Re
         args.embedded_shards = Some(1);
     }
     validate(&args)?;
+    let progress = Arc::new(Progress::default());
+    let interrupts = Interrupts::install(Arc::clone(&progress));
     if args.graph.graph.is_none() && args.encoded.is_none() {
         check_corpus(&args.corpus, args.vocab.is_some(), args.iter)?;
     }
@@ -78,7 +82,6 @@ pub async fn run_train(mut args: TrainArgs, connector: &Connector) -> anyhow::Re
     );
     let in_process = embedded.as_ref().filter(|_| !args.embedded_grpc);
     let params = train_params(&args, threads, in_process.is_some());
-    let progress = Arc::new(Progress::default());
     if let Some(addr) = args.metrics_listen {
         colonnade_setup::metrics::serve(addr).map_err(anyhow::Error::msg)?;
     }
@@ -91,8 +94,10 @@ pub async fn run_train(mut args: TrainArgs, connector: &Connector) -> anyhow::Re
     let reporter = tokio::spawn(report(
         Arc::clone(&progress),
         expected,
+        args.iter,
         std::io::stderr().is_terminal(),
     ));
+    interrupts.training(embedded.is_some());
     let result = match in_process {
         Some(e) => {
             let shards = InProcessShards::new(&e.cores(), fingerprint)?;
@@ -110,29 +115,13 @@ pub async fn run_train(mut args: TrainArgs, connector: &Connector) -> anyhow::Re
         None => train_with_recovery(&args, &cluster, source, &params, &progress).await,
     };
     progress.finish();
+    interrupts.writing();
     let reached = reporter.await.ok();
     let mut summary = result?;
     summary.progress_reached = reached;
-    tracing::info!(
-        words = summary.tokens,
-        seconds = format!("{:.1}", summary.seconds),
-        words_per_sec = format!("{:.0}", summary.tokens_per_second),
-        trained_words = summary.trained_words,
-        pairs = summary.pairs,
-        loss = summary
-            .final_loss
-            .map(|l| format!("{l:.4}"))
-            .unwrap_or_default(),
-        "training done"
-    );
-    eprintln!(
-        "trained {} words ({} epoch{}) in {:.1} s: {:.0} words/s",
-        summary.tokens,
-        args.iter,
-        if args.iter == 1 { "" } else { "s" },
-        summary.seconds,
-        summary.tokens_per_second
-    );
+    if !summary.finished_before {
+        report_trained(&summary, args.iter);
+    }
     if summary.invalid_utf8_sentences_skipped > 0 {
         eprintln!(
             "skipped {} sentence(s) holding invalid UTF-8 (--invalid-utf8 skip; the warnings above name the first)",
@@ -160,7 +149,63 @@ pub async fn run_train(mut args: TrainArgs, connector: &Connector) -> anyhow::Re
     if let Some(e) = embedded {
         e.stop().await;
     }
+    if summary.interrupted {
+        let written = args.out.paths();
+        return Err(Interrupted(format!(
+            "training was interrupted at {:.1} % of its words; the vectors trained until then \
+             are in {} (their provenance says status \"interrupted\" and the progress)",
+            100.0 * summary.progress_reached.unwrap_or(0.0),
+            written
+                .iter()
+                .map(|p| p.path.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))
+        .into());
+    }
     Ok(summary)
+}
+
+/// Logs and prints what training did.
+fn report_trained(summary: &TrainSummary, epochs: u32) {
+    tracing::info!(
+        words = summary.tokens.saturating_sub(summary.resumed_tokens),
+        words_in_all = summary.tokens,
+        seconds = format!("{:.1}", summary.seconds),
+        words_per_sec = format!("{:.0}", summary.tokens_per_second),
+        trained_words = summary.trained_words,
+        pairs = summary.pairs,
+        loss = summary
+            .final_loss
+            .map(|l| format!("{l:.4}"))
+            .unwrap_or_default(),
+        "training done"
+    );
+    eprintln!("{}", trained_line(summary, epochs));
+}
+
+/// What the run trained, as the last line says it: this process's words
+/// and rate, and where a resumed run started.
+fn trained_line(summary: &TrainSummary, epochs: u32) -> String {
+    let words = summary.tokens.saturating_sub(summary.resumed_tokens);
+    let epochs = format!("{epochs} epoch{}", if epochs == 1 { "" } else { "s" });
+    let what = if summary.interrupted {
+        format!("{epochs}, interrupted")
+    } else {
+        epochs
+    };
+    let resumed = if summary.resumed_from_version > 0 {
+        format!(
+            "; resumed from checkpoint version {}, {} words in all",
+            summary.resumed_from_version, summary.tokens
+        )
+    } else {
+        String::new()
+    };
+    format!(
+        "trained {words} words ({what}) in {:.1} s: {:.0} words/s{resumed}",
+        summary.seconds, summary.tokens_per_second
+    )
 }
 
 /// The model `args` asks for, on the vocabulary `vocab`.
@@ -184,6 +229,7 @@ fn train_params(args: &TrainArgs, threads: usize, in_process: bool) -> TrainPara
         negative: args.negative,
         sample: args.sample,
         alpha: args.alpha,
+        min_alpha: args.min_alpha,
         iter: args.iter,
         // In-process shards compute on the pipeline's own thread: one each.
         concurrency: if in_process { threads } else { calls },
@@ -216,6 +262,7 @@ async fn train_with_recovery(
 ) -> anyhow::Result<TrainSummary> {
     let start = Instant::now();
     let retry = Duration::from_secs(args.retry_timeout);
+    let record = Arc::new(RunRecord::of(args)?);
     let worker = Worker {
         index: args.worker_index,
         count: args.num_workers,
@@ -240,15 +287,28 @@ async fn train_with_recovery(
     };
     let resumed_from = session.version;
     let resumed_tokens = session.position.tokens;
+    progress.resumed_tokens.store(resumed_tokens, Relaxed);
+    progress
+        .resumed_words
+        .store(session.position.words, Relaxed);
+    check_existing(args, cluster, &session, &record)?;
     if session.version > 0 {
-        let msg = format!(
-            "resuming from checkpoint version {} of the model: worker {} at job {} ({} words of its part read{}); give --restart to start afresh",
-            session.version,
-            args.worker_index,
-            session.position.jobs,
-            session.position.words,
-            if session.finished { ", its part finished" } else { "" }
-        );
+        let msg = if session.finished {
+            format!(
+                "worker {}'s part of model {:016x} is already trained to the end (checkpoint \
+                 version {}, {} words read): nothing to train; give --restart to train it afresh",
+                args.worker_index,
+                cluster.fingerprint().unwrap_or_default(),
+                session.version,
+                session.position.words,
+            )
+        } else {
+            format!(
+                "resuming from checkpoint version {} of the model: worker {} at job {} ({} words \
+                 of its part read); give --restart to start afresh",
+                session.version, args.worker_index, session.position.jobs, session.position.words,
+            )
+        };
         tracing::info!("{msg}");
         eprintln!("{msg}");
     }
@@ -269,6 +329,7 @@ async fn train_with_recovery(
                 cluster,
                 session.lineage,
                 worker,
+                Arc::clone(&record),
                 i,
                 session.version,
                 shards.checkpoint_pending(),
@@ -393,6 +454,7 @@ async fn train_with_recovery(
         Some(s) => s,
         None => finished_summary(&session, progress),
     };
+    summary.resumed_tokens = resumed_tokens;
     // The whole of this process's training, recoveries included.
     summary.seconds = start.elapsed().as_secs_f64();
     summary.tokens_per_second =
@@ -430,7 +492,46 @@ fn finished_summary(session: &Session, progress: &Progress) -> TrainSummary {
         words_retrained: 0,
         checkpoints: 0,
         checkpoint_pause_max_seconds: 0.0,
+        resumed_tokens: p.tokens,
+        finished_before: true,
+        interrupted: false,
     }
+}
+
+/// The one rule for a model the shards already hold, before this worker
+/// trains it: a checkpoint's run resumes only with the same inputs and
+/// epochs (a finished one is then left as it is), and a model trained on
+/// shards that keep no checkpoints is not trained again from the start of
+/// its schedule by a lone worker.
+fn check_existing(
+    args: &TrainArgs,
+    cluster: &Cluster,
+    session: &Session,
+    record: &RunRecord,
+) -> anyhow::Result<()> {
+    let fingerprint = cluster.fingerprint().unwrap_or_default();
+    if session.version > 0 {
+        match &session.record {
+            Some(r) => record.check_resume(r, fingerprint, session.version, session.finished)?,
+            None => tracing::warn!(
+                version = session.version,
+                "checkpoint version {} does not record the corpus and epochs it was trained \
+                 with (written by an older release): resuming without checking them",
+                session.version
+            ),
+        }
+    } else if session.trained && !session.persistent && args.num_workers == 1 {
+        // One worker, no checkpoints: only an earlier run trained it, and
+        // where that run stopped is not known.
+        bail!(
+            "model {fingerprint:016x} on the shards has already been trained, and the shards \
+             keep no checkpoints (no ps-shard --data-dir), so where that run stopped is not \
+             known: training it again would restart its learning rate on trained vectors. \
+             Export it (colonnade export --shards ... --vocab ...), give --restart to train it \
+             afresh, or a different --seed to train a separate model"
+        );
+    }
+    Ok(())
 }
 
 /// Logs the memory the model needs per shard and in total; with embedded
@@ -510,6 +611,17 @@ fn provenance(
             train_words: summary.tokens,
             train_seconds: summary.seconds,
             config_json: config.to_string(),
+            status: if summary.interrupted {
+                "interrupted"
+            } else {
+                "complete"
+            }
+            .into(),
+            progress: if summary.interrupted {
+                summary.progress_reached.unwrap_or(0.0)
+            } else {
+                1.0
+            },
         }),
         ..colonnade_exporter::model_provenance(spec, fingerprint, shards)
     }

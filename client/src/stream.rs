@@ -26,7 +26,7 @@ use colonnade_common::corpus::{InvalidUtf8, SentenceReader, INVALID_UTF8_WARNING
 use colonnade_common::encoded::{Manifest, PartReader};
 use colonnade_common::model::Objective;
 use colonnade_common::seeds::{self, derive, Purpose};
-use colonnade_common::sgns::learning_rate;
+use colonnade_common::sgns::{learning_rate, learning_rate_to};
 use colonnade_common::vocab::{Vocab, VocabCounts};
 use colonnade_graph::walk::{WalkParams, Walks};
 use colonnade_graph::Graph;
@@ -40,6 +40,9 @@ use std::sync::Arc;
 #[derive(Clone, Copy, Debug)]
 pub struct Schedule {
     pub alpha0: f32,
+    /// gensim's final rate (`--min-alpha`): linear to it; none: word2vec's
+    /// schedule.
+    pub min_alpha: Option<f32>,
     /// In-vocabulary words this worker reads over all epochs.
     pub words_total: u64,
 }
@@ -197,7 +200,11 @@ impl BatchFormer {
     /// Fixes the learning rate of the filled minibatch and moves it to `out`.
     fn complete(&mut self, out: &mut Vec<Minibatch>) {
         let mut mb = std::mem::take(&mut self.current);
-        mb.alpha = learning_rate(self.schedule.alpha0, self.words, self.schedule.words_total);
+        let s = &self.schedule;
+        mb.alpha = match s.min_alpha {
+            Some(min) => learning_rate_to(s.alpha0, min, self.words, s.words_total),
+            None => learning_rate(s.alpha0, self.words, s.words_total),
+        };
         out.push(mb);
     }
 
@@ -460,6 +467,7 @@ mod tests {
     fn former(keep: Vec<u32>, window: u32, minibatch: usize, seed: u64) -> BatchFormer {
         let schedule = Schedule {
             alpha0: 0.025,
+            min_alpha: None,
             words_total: 1000,
         };
         BatchFormer::new(keep.into(), window, minibatch, seed, 0, schedule)

@@ -27,6 +27,8 @@ pub struct TrainParams {
     pub negative: u32,
     pub sample: f64,
     pub alpha: f32,
+    /// gensim's final learning rate; none: word2vec's schedule.
+    pub min_alpha: Option<f32>,
     pub iter: u32,
     /// Minibatch pipelines run at once (threads × calls in flight).
     pub concurrency: usize,
@@ -76,6 +78,12 @@ pub struct Progress {
     /// When [`Progress::publish`] last ran, and the words read then.
     rate: Mutex<Option<(Instant, u64)>>,
     pub done: AtomicBool,
+    /// Stop training after the jobs already queued (Ctrl-C).
+    pub interrupted: AtomicBool,
+    /// Tokens and words an earlier process trained (a resumed run): not
+    /// in this process's rate.
+    pub resumed_tokens: AtomicU64,
+    pub resumed_words: AtomicU64,
     /// Wakes the reporter when training ends (see [`Progress::finish`]).
     finished: tokio::sync::Notify,
 }
@@ -309,6 +317,15 @@ pub struct TrainSummary {
     /// Checkpoints this worker took part in, and the longest pause one cost.
     pub checkpoints: u64,
     pub checkpoint_pause_max_seconds: f64,
+    /// Tokens trained before this process (the checkpoint it resumed
+    /// from): this run trained `tokens` minus these.
+    pub resumed_tokens: u64,
+    /// This worker's part was already finished in the checkpoint it found:
+    /// nothing was trained.
+    pub finished_before: bool,
+    /// Training stopped early (Ctrl-C): the model holds what was trained
+    /// until then.
+    pub interrupted: bool,
 }
 
 /// Trains on `source` through `shards` (a handle on the model's shards;
@@ -346,6 +363,7 @@ pub async fn train<S: ModelShards, C: Checkpointer>(
         .collect();
     let schedule = Schedule {
         alpha0: params.alpha,
+        min_alpha: params.min_alpha,
         // This worker's share of all epochs' words: exact for an encoded
         // corpus, the vocabulary's total ÷ workers otherwise.
         words_total: u64::from(params.iter)
@@ -383,7 +401,16 @@ pub async fn train<S: ModelShards, C: Checkpointer>(
         };
         std::thread::Builder::new()
             .name("minibatch-stream".into())
-            .spawn(move || form_minibatches(&stream, former, |job| tx.send_blocking(job).is_ok()))
+            .spawn({
+                let progress = Arc::clone(&progress);
+                // Interrupted: no job after this one; the pipelines finish
+                // those queued and training ends as at the corpus's end.
+                move || {
+                    form_minibatches(&stream, former, |job| {
+                        !progress.interrupted.load(Relaxed) && tx.send_blocking(job).is_ok()
+                    })
+                }
+            })
             .context("cannot start the corpus reader thread")?
     };
 
@@ -462,6 +489,9 @@ pub async fn train<S: ModelShards, C: Checkpointer>(
         words_retrained: 0,
         checkpoints: 0,
         checkpoint_pause_max_seconds: 0.0,
+        resumed_tokens: tokens_before,
+        finished_before: false,
+        interrupted: progress.interrupted.load(Relaxed),
     })
 }
 
@@ -645,9 +675,17 @@ const LOSS_EVERY: u64 = 16;
 /// epochs (iter × the vocabulary's total count / workers), so that
 /// out-of-vocabulary tokens count on neither side. Returns the fraction of
 /// `words_total` reached at the end.
-pub async fn report(progress: Arc<Progress>, words_total: u64, interactive: bool) -> f64 {
+pub async fn report(
+    progress: Arc<Progress>,
+    words_total: u64,
+    epochs: u32,
+    interactive: bool,
+) -> f64 {
     let start = Instant::now();
     let fraction = |words: u64| words as f64 / words_total.max(1) as f64;
+    // Epochs whose mean loss has been said (an epoch is over once a
+    // minibatch of the next one has been trained, or training is done).
+    let mut epochs_said = 0usize;
     let bar = interactive.then(|| {
         let bar = indicatif::ProgressBar::new(words_total);
         bar.set_style(
@@ -667,15 +705,36 @@ pub async fn report(progress: Arc<Progress>, words_total: u64, interactive: bool
         let tokens = progress.tokens.load(Relaxed);
         let words = progress.words.load(Relaxed);
         let elapsed = start.elapsed().as_secs_f64().max(1e-9);
-        let rate = tokens as f64 / elapsed;
-        let word_rate = words as f64 / elapsed;
+        // This process's rate: what a resumed run found done is not in it.
+        let rate = tokens.saturating_sub(progress.resumed_tokens.load(Relaxed)) as f64 / elapsed;
+        let word_rate = words.saturating_sub(progress.resumed_words.load(Relaxed)) as f64 / elapsed;
+        let epoch = progress.epoch.load(Relaxed) as usize;
+        // At the end every epoch trained is over, but an interrupted one.
+        let interrupted = progress.interrupted.load(Relaxed);
+        let over = if done && !interrupted {
+            epochs as usize
+        } else {
+            epoch
+        };
+        let losses = progress.epoch_losses();
+        while epochs_said < over.min(losses.len()) {
+            if let Some(l) = losses[epochs_said] {
+                let line = format!("epoch {}/{epochs} done: loss {l:.4}", epochs_said + 1);
+                match &bar {
+                    Some(bar) => bar.println(line),
+                    None => tracing::info!("{line}"),
+                }
+            }
+            epochs_said += 1;
+        }
         if let Some(l) = progress.take_loss() {
             last_loss = Some(l);
         }
         progress.publish(words_total, start);
         let loss = last_loss.map_or_else(|| "-".to_string(), |l| format!("{l:.4}"));
         let msg = format!(
-            "{:.0} words/s  alpha {:.6}  loss {loss}",
+            "epoch {}/{epochs}  {:.0} words/s  alpha {:.6}  loss {loss}",
+            (epoch + 1).min(epochs.max(1) as usize),
             rate,
             progress.alpha()
         );

@@ -10,6 +10,7 @@ use crate::common::{assemble, params, sample_corpus, spec_of, vocab_of};
 use colonnade_client::checkpointer::GrpcCheckpointer;
 use colonnade_client::cluster::{Begin, Cluster, Session, Worker};
 use colonnade_client::grpc::GrpcShards;
+use colonnade_client::identity::RunRecord;
 use colonnade_client::stream::Source;
 use colonnade_client::train::{train, NoCheckpoints, Position, Progress, Tracker, TrainParams};
 use colonnade_common::vocab::Vocab;
@@ -73,6 +74,15 @@ fn deterministic() -> TrainParams {
     p.iter = 3;
     p.concurrency = 1;
     p
+}
+
+/// What the test's worker trains, for the manifests.
+fn test_record() -> Arc<RunRecord> {
+    Arc::new(RunRecord {
+        source: "corpus test".into(),
+        source_hash: "0000000000000000".into(),
+        epochs: 3,
+    })
 }
 
 struct Run {
@@ -209,6 +219,7 @@ async fn a_failed_run_resumed_from_its_checkpoint_ends_as_the_uninterrupted_one(
         &cluster,
         first.lineage,
         WORKER,
+        test_record(),
         Duration::from_millis(1),
         first.version,
         shards.checkpoint_pending(),
@@ -275,6 +286,7 @@ async fn checkpointed(run: &Run, dirs: &[PathBuf; 2]) -> (Vec<SpawnedShard>, u64
         &cluster,
         session.lineage,
         WORKER,
+        test_record(),
         Duration::from_secs(3600),
         0,
         pipes.checkpoint_pending(),

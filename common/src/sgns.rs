@@ -41,6 +41,14 @@ pub fn neg_log_sigmoid(x: f32) -> f32 {
 
 /// word2vec's linear decay: α₀·(1 − progress), floored at α₀·1e-4, where
 /// progress = words processed / (epochs · words per epoch + 1).
+/// gensim's schedule, `--min-alpha`: linear from `alpha0` at the start to
+/// `min_alpha` at the end of `words_total` words (and not below it).
+pub fn learning_rate_to(alpha0: f32, min_alpha: f32, words_done: u64, words_total: u64) -> f32 {
+    let progress = (words_done as f64 / words_total.max(1) as f64).min(1.0);
+    let (a, b) = (f64::from(alpha0), f64::from(min_alpha));
+    (a - (a - b) * progress).max(b) as f32
+}
+
 pub fn learning_rate(alpha0: f32, words_done: u64, words_total: u64) -> f32 {
     let progress = words_done as f64 / (words_total as f64 + 1.0);
     let alpha = f64::from(alpha0) * (1.0 - progress);
@@ -175,6 +183,10 @@ mod tests {
 
     #[test]
     fn schedule_matches_word2vec() {
+        assert_eq!(learning_rate_to(0.025, 0.0001, 0, 100), 0.025);
+        assert!((learning_rate_to(0.025, 0.0001, 50, 100) - 0.01255).abs() < 1e-7);
+        assert_eq!(learning_rate_to(0.025, 0.0001, 100, 100), 0.0001);
+        assert_eq!(learning_rate_to(0.025, 0.0001, 500, 100), 0.0001);
         assert_eq!(learning_rate(0.025, 0, 100), 0.025);
         assert!((learning_rate(0.025, 50, 99) - 0.0125).abs() < 1e-6);
         assert!((learning_rate(0.025, 1000, 100) - 0.025e-4).abs() < 1e-9);

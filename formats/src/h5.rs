@@ -386,6 +386,8 @@ mod tests {
             train_words: 1000,
             train_seconds: 1.5,
             config_json: r#"{"params":{}}"#.into(),
+            status: "interrupted".into(),
+            progress: 0.5,
         };
         let p = provenance(Some(training));
         let mut w = Hdf5Writer::create(&path, &[9, 4], 3, true, Some(4), &p).expect("create");
@@ -419,7 +421,13 @@ mod tests {
                 "{name}"
             );
         }
-        for name in ["sample", "alpha", "sampling_power", "train_seconds"] {
+        for name in [
+            "sample",
+            "alpha",
+            "sampling_power",
+            "train_seconds",
+            "progress",
+        ] {
             assert!(
                 matches!(descriptor(&file, name), TypeDescriptor::Float(_)),
                 "{name}"
@@ -430,6 +438,7 @@ mod tests {
             "vocab_fingerprint",
             "config_json",
             "objective",
+            "status",
         ] {
             assert_eq!(
                 descriptor(&file, name),

@@ -61,6 +61,22 @@ pub struct Training {
     /// `{"params": …, "corpus": [files], "summary": …}` as JSON text: the
     /// full training parameters and run summary.
     pub config_json: String,
+    /// `complete`, or `interrupted` when training was stopped early (Ctrl-C)
+    /// and the file holds the vectors trained until then (absent in files
+    /// of earlier releases: complete).
+    #[serde(default = "complete")]
+    pub status: String,
+    /// The fraction of the run's words trained: 1 when complete.
+    #[serde(default = "whole")]
+    pub progress: f64,
+}
+
+fn complete() -> String {
+    "complete".into()
+}
+
+fn whole() -> f64 {
+    1.0
 }
 
 fn skip_gram() -> String {

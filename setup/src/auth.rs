@@ -17,7 +17,7 @@ pub struct AuthArgs {
     /// call without it but the gRPC health checks; clients and the exporter
     /// send it. Without this flag the token is read from COLONNADE_AUTH_TOKEN
     /// when that is set.
-    #[arg(long, global = true, env = "COLONNADE_AUTH_TOKEN_FILE")]
+    #[arg(long, env = "COLONNADE_AUTH_TOKEN_FILE")]
     pub auth_token_file: Option<std::path::PathBuf>,
 }
 

@@ -19,14 +19,14 @@ pub struct ClientTlsArgs {
     /// shards named `https://host:port`. Without it, the system's trust
     /// store. Giving any --tls-* flag makes a shard named without
     /// `https://` an error rather than a plaintext connection.
-    #[arg(long, global = true, env = "COLONNADE_TLS_CA")]
+    #[arg(long, env = "COLONNADE_TLS_CA")]
     pub tls_ca: Option<std::path::PathBuf>,
     /// This process's certificate (PEM), presented to shards that require
     /// mutual TLS (ps-shard --tls-ca); needs --tls-key.
-    #[arg(long, global = true, env = "COLONNADE_TLS_CERT")]
+    #[arg(long, env = "COLONNADE_TLS_CERT")]
     pub tls_cert: Option<std::path::PathBuf>,
     /// The private key (PEM) of --tls-cert.
-    #[arg(long, global = true, env = "COLONNADE_TLS_KEY")]
+    #[arg(long, env = "COLONNADE_TLS_KEY")]
     pub tls_key: Option<std::path::PathBuf>,
 }
 

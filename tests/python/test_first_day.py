@@ -11,6 +11,7 @@ import pty
 import re
 import shutil
 import socket
+import signal
 import subprocess
 import tempfile
 import time
@@ -350,3 +351,79 @@ def test_memory_estimate_logged_and_too_large_refused(tmp_path, corpus_100k):
     assert "memory estimate" in res.stderr, res.describe()
     assert "model ready" not in res.stderr and not out.exists(), res.describe()
     assert res.seconds < 10, f"refusing took {res.seconds:.1f} s\n" + res.describe()
+
+
+# ------------------------------------------------- other trainers' spellings
+
+def test_word2vec_and_gensim_spellings_get_the_right_flag(tmp_path, corpus_100k):
+    """word2vec's `-cbow 1` and names Colonnade does not have are answered
+    with Colonnade's flag, never with an unrelated suggestion."""
+    res = run_fail([colonnade(), "train", "--corpus", corpus_100k, "-cbow", "1", "-size", "50"])
+    assert "--cbow" in res.stderr and "--size" in res.stderr and "'-c'" not in res.stderr, res.describe()
+    for flag, want, not_want in [("--hs", "hierarchical softmax", "--minibatches-per-call"),
+                                 ("--epoch", "--iter", "--p"),
+                                 ("--sg", "--cbow", "--seed"),
+                                 ("--windw", "--window", None)]:
+        res = run_fail([colonnade(), "train", "--corpus", corpus_100k, flag, "1"])
+        assert want in res.stderr, (flag, res.describe())
+        if not_want:
+            assert not_want not in res.stderr, (flag, res.describe())
+    # Flags a command does not use are not taken.
+    res = run_fail([colonnade(), "synth", "--tls-ca", tmp_path / "ca.crt", "--output", tmp_path / "s.txt",
+                    "--words", "100", "--tokens", "1000"])
+    assert "'--tls-ca'" in res.stderr, res.describe()
+    # train --help groups its flags.
+    help_text = run([colonnade(), "train", "--help"]).stdout
+    for heading in ["Input:", "Model:", "Graphs:", "Shards and workers:", "Outputs:", "Connecting to shards:"]:
+        assert heading in help_text, help_text
+
+
+def test_min_alpha_is_gensims_schedule(tmp_path, corpus_100k):
+    """--min-alpha changes the schedule (one thread: runs are deterministic),
+    and is checked against --alpha."""
+    def vectors(name, **flags):
+        out = tmp_path / f"{name}.txt"
+        run(train_args(corpus_100k, threads=1, output_text=out, **flags))
+        return out.read_text()
+    word2vec = vectors("w2v")
+    assert vectors("w2v-again") == word2vec, "one thread is not deterministic"
+    assert vectors("gensim", min_alpha=0.02) != word2vec
+    res = run_fail(train_args(corpus_100k, min_alpha=0.5, output_text=tmp_path / "x.txt"))
+    assert "--min-alpha" in res.stderr, res.describe()
+
+
+def test_epoch_losses_are_logged(tmp_path, corpus_100k):
+    res = run(train_args(corpus_100k, iter=2, output_text=tmp_path / "v.txt"))
+    for epoch in (1, 2):
+        assert re.search(rf"epoch {epoch}/2 done: loss \d+\.\d+", res.stderr), res.describe()
+
+
+def test_ctrl_c_in_embedded_mode_writes_what_was_trained(tmp_path, corpus_100k):
+    """SIGINT while embedded shards train: training stops, the outputs are
+    written with status `interrupted` and the progress, exit status 130."""
+    import h5py
+    from gensim.models import KeyedVectors
+    h5, text, log = tmp_path / "m.h5", tmp_path / "v.txt", tmp_path / "train.log"
+    args = [str(a) for a in train_args(corpus_100k, iter=200, output=h5, output_text=text)]
+    with open(log, "wb") as f:
+        proc = subprocess.Popen(args, env=clean_env(), stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        while "model ready on every shard" not in log.read_text(errors="replace"):
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text(errors="replace")
+            time.sleep(0.1)
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGINT)
+        rc = proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    out = log.read_text(errors="replace")
+    assert rc == 130, out
+    assert "interrupted" in out and str(h5) in out, out
+    with h5py.File(h5, "r") as f:
+        assert f.attrs["status"] == "interrupted", dict(f.attrs)
+        assert 0.0 < f.attrs["progress"] < 1.0, dict(f.attrs)
+        rows = f["vectors"].shape[0]
+    kv = KeyedVectors.load_word2vec_format(str(text), binary=False)
+    assert len(kv.index_to_key) == rows

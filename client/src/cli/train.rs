@@ -15,36 +15,23 @@ use std::path::PathBuf;
 pub struct TrainArgs {
     /// Corpus files: whitespace-separated UTF-8 tokens, plain or compressed
     /// with gzip, xz, zstd or bzip2 (detected from the content).
-    #[arg(long, env = "COLONNADE_CORPUS", value_delimiter = ',', num_args = 1.., required_unless_present_any = ["graph", "encoded"])]
+    #[arg(long, help_heading = "Input", env = "COLONNADE_CORPUS", value_delimiter = ',', num_args = 1.., required_unless_present_any = ["graph", "encoded"])]
     pub corpus: Vec<PathBuf>,
     /// Train on an encoded corpus (`colonnade encode`): word ids of the
     /// --vocab it was made with, in parts; worker i of --num-workers M
     /// reads parts i, i+M, ... only, and holds no word map. With one worker
     /// it trains exactly as the text it was made from.
-    #[arg(long, env = "COLONNADE_ENCODED", conflicts_with_all = ["corpus", "graph"], requires = "vocab")]
+    #[arg(long, help_heading = "Input", env = "COLONNADE_ENCODED", conflicts_with_all = ["corpus", "graph"], requires = "vocab")]
     pub encoded: Option<PathBuf>,
-    #[command(flatten)]
-    pub graph: GraphArgs,
-    /// Run this many shards inside this process. Training calls them
-    /// directly (no encoding, no sockets); export reads them over gRPC on
-    /// loopback. Default: 1 when no --shards are given.
-    #[arg(long, env = "COLONNADE_EMBEDDED_SHARDS", conflicts_with = "shards")]
-    pub embedded_shards: Option<usize>,
-    /// Train embedded shards through gRPC on loopback, as remote shards are
-    /// (to measure or test the wire path on one machine).
-    #[arg(long, env = "COLONNADE_EMBEDDED_GRPC", requires = "embedded_shards")]
-    pub embedded_grpc: bool,
-    /// Running shards, comma-separated host:port, in shard order.
-    #[arg(long, env = "COLONNADE_SHARDS", value_delimiter = ',')]
-    pub shards: Vec<String>,
     /// Load this vocabulary instead of counting the corpus.
-    #[arg(long, env = "COLONNADE_VOCAB")]
+    #[arg(long, help_heading = "Input", env = "COLONNADE_VOCAB")]
     pub vocab: Option<PathBuf>,
     /// Write the vocabulary used here.
-    #[arg(long, env = "COLONNADE_SAVE_VOCAB")]
+    #[arg(long, help_heading = "Input", env = "COLONNADE_SAVE_VOCAB")]
     pub save_vocab: Option<PathBuf>,
     /// Vector dimension (gensim's `vector_size`).
     #[arg(
+        help_heading = "Model",
         long,
         visible_alias = "vector-size",
         env = "COLONNADE_SIZE",
@@ -52,47 +39,107 @@ pub struct TrainArgs {
     )]
     pub size: u32,
     /// Maximum skip length between words.
-    #[arg(long, env = "COLONNADE_WINDOW", default_value_t = 5)]
+    #[arg(
+        long,
+        help_heading = "Model",
+        env = "COLONNADE_WINDOW",
+        default_value_t = 5
+    )]
     pub window: u32,
     /// Negative examples per context word (CBOW: per input position).
-    #[arg(long, env = "COLONNADE_NEGATIVE", default_value_t = 5)]
+    #[arg(
+        long,
+        help_heading = "Model",
+        env = "COLONNADE_NEGATIVE",
+        default_value_t = 5
+    )]
     pub negative: u32,
     /// Train CBOW (word2vec's -cbow 1, gensim's sg=0 with cbow_mean=1): the
     /// mean of a position's context words' input vectors predicts its word,
     /// instead of skip-gram. The shards average their own columns, so only
     /// dot products and weights cross the wire, one set per position. Part
     /// of the model's identity (its fingerprint).
-    #[arg(long, env = "COLONNADE_CBOW")]
+    #[arg(long, help_heading = "Model", env = "COLONNADE_CBOW")]
     pub cbow: bool,
     /// Discard words seen fewer times (when counting the corpus; with
     /// --graph, nodes seen fewer times in the walks) [default: 5; 1 with
     /// --graph, so every node gets a vector].
-    #[arg(long, env = "COLONNADE_MIN_COUNT")]
+    #[arg(long, help_heading = "Model", env = "COLONNADE_MIN_COUNT")]
     pub min_count: Option<u64>,
     /// Keep at most this many of the most frequent words (when counting).
-    #[arg(long, env = "COLONNADE_MAX_VOCAB")]
+    #[arg(long, help_heading = "Model", env = "COLONNADE_MAX_VOCAB")]
     pub max_vocab: Option<usize>,
     /// Subsampling threshold for frequent words (0 disables).
-    #[arg(long, env = "COLONNADE_SAMPLE", default_value_t = 1e-3)]
+    #[arg(
+        long,
+        help_heading = "Model",
+        env = "COLONNADE_SAMPLE",
+        default_value_t = 1e-3
+    )]
     pub sample: f64,
     /// Starting learning rate.
-    #[arg(long, env = "COLONNADE_ALPHA", default_value_t = 0.025)]
+    #[arg(
+        long,
+        help_heading = "Model",
+        env = "COLONNADE_ALPHA",
+        default_value_t = 0.025
+    )]
     pub alpha: f32,
+    /// Final learning rate (gensim's `min_alpha`): the rate falls linearly
+    /// from --alpha to it over the run. Without it, word2vec's schedule:
+    /// --alpha × (1 − progress), never below --alpha × 0.0001.
+    #[arg(long, help_heading = "Model", env = "COLONNADE_MIN_ALPHA")]
+    pub min_alpha: Option<f32>,
     /// Training epochs (word2vec's -iter, gensim's `epochs`).
     #[arg(
+        help_heading = "Model",
         long,
         visible_alias = "epochs",
         env = "COLONNADE_ITER",
         default_value_t = 5
     )]
     pub iter: u32,
+    #[command(flatten)]
+    pub graph: GraphArgs,
+    /// Run this many shards inside this process. Training calls them
+    /// directly (no encoding, no sockets); export reads them over gRPC on
+    /// loopback. Default: 1 when no --shards are given.
+    #[arg(
+        long,
+        help_heading = "Shards and workers",
+        env = "COLONNADE_EMBEDDED_SHARDS",
+        conflicts_with = "shards"
+    )]
+    pub embedded_shards: Option<usize>,
+    /// Train embedded shards through gRPC on loopback, as remote shards are
+    /// (to measure or test the wire path on one machine).
+    #[arg(
+        long,
+        help_heading = "Shards and workers",
+        env = "COLONNADE_EMBEDDED_GRPC",
+        requires = "embedded_shards"
+    )]
+    pub embedded_grpc: bool,
+    /// Running shards, comma-separated host:port, in shard order.
+    #[arg(
+        long,
+        help_heading = "Shards and workers",
+        env = "COLONNADE_SHARDS",
+        value_delimiter = ','
+    )]
+    pub shards: Vec<String>,
     /// Training threads of this process (word2vec's -threads, gensim's
     /// `workers`): minibatch pipelines, and the compute threads of embedded
     /// shards. Default: available cores.
-    #[arg(long, env = "COLONNADE_THREADS")]
+    #[arg(long, help_heading = "Shards and workers", env = "COLONNADE_THREADS")]
     pub threads: Option<usize>,
     /// Calls each thread keeps in flight (shards reached over gRPC).
-    #[arg(long, env = "COLONNADE_IN_FLIGHT", default_value_t = 2)]
+    #[arg(
+        long,
+        help_heading = "Shards and workers",
+        env = "COLONNADE_IN_FLIGHT",
+        default_value_t = 2
+    )]
     pub in_flight: usize,
     /// Minibatches per call (shards reached over gRPC): sent in one dotprod
     /// and one adjust and applied together, so that per-call and per-row
@@ -101,73 +148,124 @@ pub struct TrainArgs {
     /// that keeps all --num-workers workers together at or under 64 in
     /// flight, beyond which quality drops (docs/benchmarks.md, "Quality
     /// against minibatches in flight").
-    #[arg(long, env = "COLONNADE_MINIBATCHES_PER_CALL", value_parser = clap::value_parser!(u32).range(1..=256))]
+    #[arg(long, help_heading = "Shards and workers", env = "COLONNADE_MINIBATCHES_PER_CALL", value_parser = clap::value_parser!(u32).range(1..=256))]
     pub minibatches_per_call: Option<u32>,
     /// Input words per minibatch.
-    #[arg(long, env = "COLONNADE_MINIBATCH", default_value_t = 256)]
+    #[arg(
+        long,
+        help_heading = "Model",
+        env = "COLONNADE_MINIBATCH",
+        default_value_t = 256
+    )]
     pub minibatch: usize,
     /// Run seed: initial vectors, subsampling, windows and negatives derive from it.
-    #[arg(long, env = "COLONNADE_SEED", default_value_t = 1)]
+    #[arg(
+        long,
+        help_heading = "Model",
+        env = "COLONNADE_SEED",
+        default_value_t = 1
+    )]
     pub seed: u64,
     /// Exponent of the unigram distribution for negatives.
-    #[arg(long, env = "COLONNADE_SAMPLING_POWER", default_value_t = 0.75)]
+    #[arg(
+        long,
+        help_heading = "Model",
+        env = "COLONNADE_SAMPLING_POWER",
+        default_value_t = 0.75
+    )]
     pub sampling_power: f32,
     /// This process's index among the --num-workers client processes
     /// (0, 1, ..., --num-workers minus 1): it trains the sentences whose
     /// index modulo --num-workers equals it.
-    #[arg(long, env = "COLONNADE_WORKER_INDEX", default_value_t = 0)]
+    #[arg(
+        long,
+        help_heading = "Shards and workers",
+        env = "COLONNADE_WORKER_INDEX",
+        default_value_t = 0
+    )]
     pub worker_index: u64,
     /// Number of separate `colonnade train` processes (M) training one model
     /// on running --shards together, each given its own --worker-index and
     /// the same --vocab; each trains 1/M of the corpus. Not gensim's
     /// `workers` (that is --threads).
-    #[arg(long, env = "COLONNADE_NUM_WORKERS", default_value_t = 1)]
+    #[arg(
+        long,
+        help_heading = "Shards and workers",
+        env = "COLONNADE_NUM_WORKERS",
+        default_value_t = 1
+    )]
     pub num_workers: u64,
     /// Not a Colonnade flag: refused with a message pointing to --threads
     /// (gensim's `workers`) and --num-workers.
-    #[arg(long, hide = true, num_args = 0..=1, default_missing_value = "", allow_hyphen_values = true)]
+    #[arg(long, help_heading = "Shards and workers", hide = true, num_args = 0..=1, default_missing_value = "", allow_hyphen_values = true)]
     pub workers: Option<String>,
     /// How long to keep retrying unreachable shards.
-    #[arg(long, env = "COLONNADE_CONNECT_TIMEOUT_SECS", default_value_t = 60)]
+    #[arg(
+        long,
+        help_heading = "Shards and workers",
+        env = "COLONNADE_CONNECT_TIMEOUT_SECS",
+        default_value_t = 60
+    )]
     pub connect_timeout_secs: u64,
     /// Seconds between checkpoints of the model on the shards (running
     /// shards started with --data-dir). Default: 300 when every shard keeps
     /// a data dir, else off; 0 turns them off.
-    #[arg(long, env = "COLONNADE_CHECKPOINT_INTERVAL")]
+    #[arg(
+        long,
+        help_heading = "Shards and workers",
+        env = "COLONNADE_CHECKPOINT_INTERVAL"
+    )]
     pub checkpoint_interval: Option<u64>,
     /// How long training keeps retrying when shards fail (unreachable,
     /// restarting, not answering) before it gives up; backoff doubles up to
     /// 5 s between tries.
-    #[arg(long, env = "COLONNADE_RETRY_TIMEOUT", default_value_t = 600)]
+    #[arg(
+        long,
+        help_heading = "Shards and workers",
+        env = "COLONNADE_RETRY_TIMEOUT",
+        default_value_t = 600
+    )]
     pub retry_timeout: u64,
     /// Deadline of each training call to a shard, in seconds: a shard that
     /// does not answer within it is treated as failed.
-    #[arg(long, env = "COLONNADE_CALL_TIMEOUT", default_value_t = 30)]
+    #[arg(
+        long,
+        help_heading = "Shards and workers",
+        env = "COLONNADE_CALL_TIMEOUT",
+        default_value_t = 30
+    )]
     pub call_timeout: u64,
     /// Start the model afresh even if the shards hold a checkpoint of it
     /// (by default training resumes from the newest checkpoint): every shard
     /// is rolled back to the initial state and its checkpoints removed.
-    #[arg(long, env = "COLONNADE_RESTART")]
+    #[arg(long, help_heading = "Shards and workers", env = "COLONNADE_RESTART")]
     pub restart: bool,
     /// Roll every shard back to the newest checkpoint they all hold before
     /// training (the initial state if there is none), e.g. after training
     /// diverged: shards refuse to train a diverged model until then.
-    #[arg(long, env = "COLONNADE_ROLLBACK", conflicts_with = "restart")]
+    #[arg(
+        long,
+        help_heading = "Shards and workers",
+        env = "COLONNADE_ROLLBACK",
+        conflicts_with = "restart"
+    )]
     pub rollback: bool,
     /// Write a JSON summary of the run here.
-    #[arg(long, env = "COLONNADE_SUMMARY")]
+    #[arg(long, help_heading = "Outputs", env = "COLONNADE_SUMMARY")]
     pub summary: Option<PathBuf>,
     /// Serve Prometheus metrics over HTTP on this address while training
     /// (e.g. 0.0.0.0:9101): words trained and words/s, loss, learning rate,
     /// epoch, progress, calls and their latency and errors, retries and
     /// recoveries, bytes on the wire.
-    #[arg(long, env = "COLONNADE_METRICS_LISTEN")]
+    #[arg(long, help_heading = "Outputs", env = "COLONNADE_METRICS_LISTEN")]
     pub metrics_listen: Option<std::net::SocketAddr>,
     /// What to do with a sentence holding invalid UTF-8: skip it or abort.
-    #[arg(long, env = "COLONNADE_INVALID_UTF8", value_enum, default_value_t = InvalidUtf8Arg::Skip, long_help = INVALID_UTF8_HELP)]
+    #[arg(long, help_heading = "Input", env = "COLONNADE_INVALID_UTF8", value_enum, default_value_t = InvalidUtf8Arg::Skip, long_help = INVALID_UTF8_HELP)]
     pub invalid_utf8: InvalidUtf8Arg,
-    #[command(flatten)]
+    #[command(flatten, next_help_heading = "Outputs")]
     pub out: OutputArgs,
+    #[command(flatten, next_help_heading = "Connecting to shards")]
+    pub connect: crate::cli::ConnectArgs,
 }
 
 impl TrainArgs {
@@ -187,29 +285,49 @@ pub struct GraphArgs {
     /// compressed. Walks are generated from --seed while training, no walk
     /// file is needed; the vocabulary is the nodes, counted in the walks;
     /// the node ids are the words of the outputs.
-    #[arg(long, env = "COLONNADE_GRAPH", conflicts_with_all = ["corpus", "vocab"])]
+    #[arg(long, help_heading = "Graphs", env = "COLONNADE_GRAPH", conflicts_with_all = ["corpus", "vocab"])]
     pub graph: Option<PathBuf>,
     /// Walks started at every node in each epoch [default: 10].
-    #[arg(long, env = "COLONNADE_WALKS_PER_NODE", requires = "graph")]
+    #[arg(
+        long,
+        help_heading = "Graphs",
+        env = "COLONNADE_WALKS_PER_NODE",
+        requires = "graph"
+    )]
     pub walks_per_node: Option<u32>,
     /// Nodes per walk, the start included [default: 40].
-    #[arg(long, env = "COLONNADE_WALK_LENGTH", requires = "graph")]
+    #[arg(
+        long,
+        help_heading = "Graphs",
+        env = "COLONNADE_WALK_LENGTH",
+        requires = "graph"
+    )]
     pub walk_length: Option<u32>,
     /// node2vec's return parameter: a step back to the previous node weighs
     /// 1/p [default: 1].
-    #[arg(long, env = "COLONNADE_P", requires = "graph")]
+    #[arg(long, help_heading = "Graphs", env = "COLONNADE_P", requires = "graph")]
     pub p: Option<f32>,
     /// node2vec's in-out parameter: a step to a node not adjacent to the
     /// previous one weighs 1/q [default: 1].
-    #[arg(long, env = "COLONNADE_Q", requires = "graph")]
+    #[arg(long, help_heading = "Graphs", env = "COLONNADE_Q", requires = "graph")]
     pub q: Option<f32>,
     /// The edge list's edges are directed (`u v` is u -> v only); walks end
     /// at nodes with no out-edges.
-    #[arg(long, env = "COLONNADE_DIRECTED", requires = "graph")]
+    #[arg(
+        long,
+        help_heading = "Graphs",
+        env = "COLONNADE_DIRECTED",
+        requires = "graph"
+    )]
     pub directed: bool,
     /// Also write the first epoch's walks here, one per line, node ids
     /// separated by spaces (to feed the same walks to another tool).
-    #[arg(long, env = "COLONNADE_SAVE_WALKS", requires = "graph")]
+    #[arg(
+        long,
+        help_heading = "Graphs",
+        env = "COLONNADE_SAVE_WALKS",
+        requires = "graph"
+    )]
     pub save_walks: Option<PathBuf>,
 }
 
@@ -271,6 +389,14 @@ pub fn validate(args: &TrainArgs) -> anyhow::Result<()> {
             colonnade_proto::MAX_ALPHA,
             args.alpha
         );
+    }
+    if let Some(min) = args.min_alpha {
+        if !(min.is_finite() && min >= 0.0 && min <= args.alpha) {
+            bail!(
+                "--min-alpha must be between 0 and --alpha ({}), got {min}",
+                args.alpha
+            );
+        }
     }
     if args.negative > colonnade_proto::MAX_NEGATIVE {
         bail!(

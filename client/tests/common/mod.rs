@@ -43,6 +43,7 @@ pub fn params(seed: u64) -> TrainParams {
         negative: 4,
         sample: 1e-3,
         alpha: 0.05,
+        min_alpha: None,
         iter: 1,
         concurrency: 1,
         minibatches_per_call: 1,
