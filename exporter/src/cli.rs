@@ -2,7 +2,7 @@
 //! shards, or from their checkpoint directories with no shard running.
 
 use crate::outputs::{check_outputs, FlagPath};
-use crate::{discover, export, model_provenance, Source};
+use crate::{discover_model, export, model_provenance, Source, Wanted};
 use anyhow::bail;
 use colonnade_common::vocab::Vocab;
 use std::path::PathBuf;
@@ -72,7 +72,9 @@ pub struct ExportArgs {
     /// The vocabulary file the model was trained with.
     #[arg(long, env = "COLONNADE_VOCAB")]
     pub vocab: PathBuf,
-    /// Model fingerprint (hex), when the shards hold several models.
+    /// Model fingerprint (hex), when the shards hold several models. Without
+    /// it, running shards holding several models export the one trained
+    /// with --vocab's vocabulary (refused when more than one was).
     #[arg(long, env = "COLONNADE_FINGERPRINT")]
     pub fingerprint: Option<String>,
     #[command(flatten)]
@@ -117,7 +119,16 @@ pub async fn run(args: ExportArgs, connector: &colonnade_setup::Connector) -> an
         }
         return Ok(());
     }
-    let (mut shards, spec, fp) = discover(connector, &args.shards, fingerprint).await?;
+    // Without --fingerprint, the model trained with --vocab: the shards may
+    // hold models of other vocabularies (another --min-count, corpus).
+    let wanted = match fingerprint {
+        Some(f) => Wanted::Model(f),
+        None => Wanted::Vocab {
+            fingerprint: vocab.fingerprint(),
+            words: vocab.len() as u64,
+        },
+    };
+    let (mut shards, spec, fp) = discover_model(connector, &args.shards, wanted).await?;
     check_vocab(&args, &vocab, &spec)?;
     let provenance = model_provenance(&spec, fp, shards.len());
     let summary = export(

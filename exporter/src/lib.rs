@@ -18,6 +18,6 @@ pub mod outputs;
 pub mod pull;
 
 pub use pull::{
-    describe_model, discover, export, model_provenance, parse_fingerprint, shard_status,
-    ExportSummary, ShardHandle, Source,
+    describe_model, discover, discover_model, export, model_provenance, parse_fingerprint,
+    shard_status, ExportSummary, ShardHandle, Source, Wanted,
 };

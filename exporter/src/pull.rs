@@ -107,24 +107,77 @@ pub async fn discover(
     endpoints: &[String],
     fingerprint: Option<u64>,
 ) -> anyhow::Result<(Vec<ShardHandle>, ModelSpec, u64)> {
+    let wanted = match fingerprint {
+        Some(f) => Wanted::Model(f),
+        None => Wanted::Only,
+    };
+    discover_model(connector, endpoints, wanted).await
+}
+
+/// Which model [`discover_model`] looks for on every shard.
+#[derive(Clone, Copy, Debug)]
+pub enum Wanted {
+    /// The only model the shards hold.
+    Only,
+    /// The model with this fingerprint (`--fingerprint`).
+    Model(u64),
+    /// The one model trained with this vocabulary: its fingerprint and
+    /// word count (`export --vocab` without `--fingerprint`).
+    Vocab { fingerprint: u64, words: u64 },
+}
+
+impl Wanted {
+    fn matches(self, m: &ModelStatus) -> bool {
+        match self {
+            Wanted::Only => true,
+            Wanted::Model(f) => m.model_fingerprint == f,
+            Wanted::Vocab { fingerprint, words } => m
+                .spec
+                .as_ref()
+                .is_some_and(|s| s.vocab_fingerprint == fingerprint && s.vocab_size == words),
+        }
+    }
+}
+
+/// [`discover`], looking for the model `wanted` names: fails naming the
+/// shard, and listing its models, when it holds none or several.
+pub async fn discover_model(
+    connector: &Connector,
+    endpoints: &[String],
+    wanted: Wanted,
+) -> anyhow::Result<(Vec<ShardHandle>, ModelSpec, u64)> {
     let mut shards = Vec::new();
     let mut model: Option<(ModelSpec, u64)> = None;
     for endpoint in endpoints {
         let (client, status) = shard_status(connector, endpoint).await?;
-        let candidates: Vec<_> = status
-            .models
-            .iter()
-            .filter(|m| fingerprint.is_none_or(|f| f == m.model_fingerprint))
-            .collect();
-        let m = match (candidates.as_slice(), fingerprint) {
+        let candidates: Vec<_> = status.models.iter().filter(|m| wanted.matches(m)).collect();
+        let all = || list_models(&status.models.iter().collect::<Vec<_>>());
+        let m = match (candidates.as_slice(), wanted) {
             ([one], _) => *one,
-            ([], None) => bail!("shard {endpoint} holds no model"),
-            ([], Some(f)) if status.models.is_empty() => {
+            ([], Wanted::Only) => bail!("shard {endpoint} holds no model"),
+            ([], Wanted::Model(f)) if status.models.is_empty() => {
                 bail!("shard {endpoint} holds no model (looking for --fingerprint {f:016x})")
             }
-            ([], Some(f)) => bail!(
+            ([], Wanted::Vocab { fingerprint, words }) if status.models.is_empty() => bail!(
+                "shard {endpoint} holds no model (looking for one trained with --vocab's \
+                 vocabulary {fingerprint:016x}, {words} words)"
+            ),
+            ([], Wanted::Model(f)) => bail!(
                 "shard {endpoint} holds no model with --fingerprint {f:016x}; it holds:{}",
-                list_models(&status.models.iter().collect::<Vec<_>>())
+                all()
+            ),
+            ([], Wanted::Vocab { fingerprint, words }) => bail!(
+                "shard {endpoint} holds no model trained with --vocab's vocabulary \
+                 ({fingerprint:016x}, {words} words); it holds:{}",
+                all()
+            ),
+            (several, Wanted::Vocab { fingerprint, .. }) => bail!(
+                "shard {endpoint} holds {} models trained with --vocab's vocabulary \
+                 ({fingerprint:016x}):{}\npick one with --fingerprint HEX, or drop the ones no \
+                 longer needed with `colonnade models drop --shards {} --fingerprint HEX`",
+                several.len(),
+                list_models(several),
+                endpoints.join(",")
             ),
             (several, _) => bail!(
                 "shard {endpoint} holds {} models:{}\npick one with --fingerprint HEX, or drop \
