@@ -27,30 +27,41 @@ pub struct HealthArgs {
 pub async fn run(args: &HealthArgs, connector: &colonnade_setup::Connector) -> anyhow::Result<()> {
     let timeout = Duration::from_secs(args.timeout_secs.max(1));
     for endpoint in &args.shards {
-        let probe = async {
-            let channel = connector
-                .endpoint(endpoint, timeout)?
-                .connect()
-                .await
-                .map_err(|e| anyhow::anyhow!(colonnade_setup::explain(&e)))?;
-            let resp = HealthClient::new(channel)
-                .check(HealthCheckRequest {
-                    service: args.service.clone(),
-                })
-                .await?
-                .into_inner();
-            anyhow::Ok(resp.status)
-        };
-        let status = tokio::time::timeout(timeout, probe)
-            .await
-            .with_context(|| format!("shard {endpoint}: no health answer within {timeout:?}"))?
-            .with_context(|| format!("shard {endpoint}: health check failed"))?;
-        if status != ServingStatus::Serving as i32 {
-            let name = ServingStatus::try_from(status)
-                .map_or_else(|_| status.to_string(), |s| s.as_str_name().to_string());
-            bail!("shard {endpoint}: {name}");
+        let status = probe(connector, endpoint, &args.service, timeout).await?;
+        if status != ServingStatus::Serving {
+            bail!("shard {endpoint}: {}", status.as_str_name());
         }
         println!("{endpoint}: SERVING");
     }
     Ok(())
+}
+
+/// Asks the shard at `endpoint` for the health of `service` ("" is the
+/// whole server), giving up after `timeout`; errors name the endpoint.
+pub async fn probe(
+    connector: &colonnade_setup::Connector,
+    endpoint: &str,
+    service: &str,
+    timeout: Duration,
+) -> anyhow::Result<ServingStatus> {
+    let probe = async {
+        let channel = connector
+            .endpoint(endpoint, timeout)?
+            .connect()
+            .await
+            .map_err(|e| anyhow::anyhow!(colonnade_setup::explain(&e)))?;
+        let resp = HealthClient::new(channel)
+            .check(HealthCheckRequest {
+                service: service.to_string(),
+            })
+            .await?
+            .into_inner();
+        anyhow::Ok(resp.status)
+    };
+    let status = tokio::time::timeout(timeout, probe)
+        .await
+        .with_context(|| format!("shard {endpoint}: no health answer within {timeout:?}"))?
+        .with_context(|| format!("shard {endpoint}: health check failed"))?;
+    ServingStatus::try_from(status)
+        .map_err(|_| anyhow::anyhow!("shard {endpoint}: unknown health status {status}"))
 }
