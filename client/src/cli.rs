@@ -75,6 +75,8 @@ pub enum Command {
     /// Write a synthetic large-vocabulary corpus: a Zipf head, a long rare
     /// tail, and planted groups of co-occurring words (`eval --groups`).
     Synth(crate::synth::SynthArgs),
+    /// Start, stop or inspect a cluster of ps-shard processes on this machine.
+    Cluster(crate::local::ClusterArgs),
 }
 
 /// Parses this process's arguments, as [`Cli::parse`] does, with hints for
@@ -153,5 +155,6 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Certs(args) => crate::certs::run(&args),
         Command::Synth(args) => tokio::task::block_in_place(|| crate::synth::run(&args)),
         Command::Encode(args) => tokio::task::block_in_place(|| crate::encode::run(&args)),
+        Command::Cluster(args) => crate::local::run(args).await,
     }
 }

@@ -7,8 +7,8 @@
 //! [`train`], each stepping minibatches through the one SGNS step over
 //! [`colonnade_proto::ModelShards`]: [`grpc::GrpcShards`] or the in-process
 //! `colonnade_ps_shard::InProcessShards`. The other commands: `vocab`
-//! ([`vocab`]), `encode`, `synth`, `models`, `health`, `certs`, and `eval` and
-//! `similar` (`colonnade-eval`).
+//! ([`vocab`]), `encode`, `synth`, `models`, `health`, `certs`, `cluster` (shards
+//! on this machine, [`local`]), and `eval` and `similar` (`colonnade-eval`).
 //!
 //! While training it holds no model state: every vector lives on the shards.
 //! It must never send vectors or gradients, only word ids, seeds and
@@ -25,6 +25,7 @@ pub mod grpc;
 pub mod health;
 pub mod identity;
 pub mod interrupt;
+pub mod local;
 pub mod models;
 pub mod preflight;
 pub mod run;
