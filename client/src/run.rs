@@ -227,7 +227,7 @@ fn train_params(args: &TrainArgs, threads: usize, in_process: bool) -> TrainPara
     TrainParams {
         window: args.window,
         negative: args.negative,
-        sample: args.sample,
+        sample: args.sample(),
         alpha: args.alpha,
         min_alpha: args.min_alpha,
         iter: args.iter,
@@ -602,7 +602,7 @@ fn provenance(
         training: Some(colonnade_formats::Training {
             window: args.window.into(),
             min_count: args.min_count(),
-            sample: args.sample,
+            sample: args.sample(),
             alpha: args.alpha.into(),
             iter: args.iter.into(),
             minibatch: args.minibatch as u64,

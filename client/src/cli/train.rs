@@ -69,14 +69,12 @@ pub struct TrainArgs {
     /// Keep at most this many of the most frequent words (when counting).
     #[arg(long, help_heading = "Model", env = "COLONNADE_MAX_VOCAB")]
     pub max_vocab: Option<usize>,
-    /// Subsampling threshold for frequent words (0 disables).
-    #[arg(
-        long,
-        help_heading = "Model",
-        env = "COLONNADE_SAMPLE",
-        default_value_t = 1e-3
-    )]
-    pub sample: f64,
+    /// Subsampling threshold for frequent words (0 disables) [default:
+    /// 1e-3; 0 with --graph: a threshold near 1/nodes cuts every node of a
+    /// small graph, and none helped larger ones (docs/benchmarks.md,
+    /// "Subsampling random walks")].
+    #[arg(long, help_heading = "Model", env = "COLONNADE_SAMPLE")]
+    pub sample: Option<f64>,
     /// Starting learning rate.
     #[arg(
         long,
@@ -269,6 +267,15 @@ pub struct TrainArgs {
 }
 
 impl TrainArgs {
+    /// --sample, or its default: 1e-3 for text, 0 for a graph's walks.
+    pub fn sample(&self) -> f64 {
+        self.sample.unwrap_or(if self.graph.graph.is_some() {
+            0.0
+        } else {
+            1e-3
+        })
+    }
+
     /// --min-count, or its default: 5 for text, 1 for a graph's nodes.
     pub fn min_count(&self) -> u64 {
         self.min_count
@@ -431,8 +438,8 @@ pub fn validate(args: &TrainArgs) -> anyhow::Result<()> {
             );
         }
     }
-    if !(args.sample.is_finite() && args.sample >= 0.0) {
-        bail!("--sample must be 0 or positive, got {}", args.sample);
+    if !(args.sample().is_finite() && args.sample() >= 0.0) {
+        bail!("--sample must be 0 or positive, got {}", args.sample());
     }
     if args.iter == 0 {
         bail!("--iter must be at least 1");
