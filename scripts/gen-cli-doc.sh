@@ -39,7 +39,7 @@ bin=${COLONNADE_BIN_DIR:-target/release}
   echo "\`--tls-cert\`/\`--tls-key\` for mutual TLS); every new connection makes one health"
   echo "check, so a TLS mismatch or an untrusted certificate fails at once with the"
   echo "shard's name and the reason, rather than being retried."
-  for cmd in "colonnade" "colonnade vocab" "colonnade train" "colonnade export" "colonnade health" "colonnade eval" "colonnade similar" "colonnade models" "colonnade models list" "colonnade models drop" "colonnade certs" "ps-shard" "colonnade-export"; do
+  for cmd in "colonnade" "colonnade vocab" "colonnade train" "colonnade export" "colonnade health" "colonnade eval" "colonnade similar" "colonnade models" "colonnade models list" "colonnade models drop" "colonnade certs" "colonnade encode" "colonnade synth" "colonnade cluster" "colonnade cluster up" "colonnade cluster down" "colonnade cluster status" "ps-shard" "colonnade-export"; do
     echo
     echo "## \`$cmd\`"
     echo

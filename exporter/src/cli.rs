@@ -128,7 +128,16 @@ pub async fn run(args: ExportArgs, connector: &colonnade_setup::Connector) -> an
             words: vocab.len() as u64,
         },
     };
-    let (mut shards, spec, fp) = discover_model(connector, &args.shards, wanted).await?;
+    let found = discover_model(connector, &args.shards, wanted).await;
+    let (mut shards, spec, fp) = match (found, wanted) {
+        (Err(e), Wanted::Vocab { fingerprint, words }) => {
+            return Err(e.context(format!(
+                "--vocab {} (vocabulary fingerprint {fingerprint:016x}, {words} words)",
+                args.vocab.display()
+            )))
+        }
+        (found, _) => found?,
+    };
     check_vocab(&args, &vocab, &spec)?;
     let provenance = model_provenance(&spec, fp, shards.len());
     let summary = export(
