@@ -128,6 +128,18 @@ pub async fn run_train(mut args: TrainArgs, connector: &Connector) -> anyhow::Re
             summary.invalid_utf8_sentences_skipped
         );
     }
+    if !args.out.any() && embedded.is_none() {
+        // The model stays on the shards: say how to get the vectors.
+        let vocab = match args.vocab.as_ref().or(args.save_vocab.as_ref()) {
+            Some(v) => format!("--vocab {}", v.display()),
+            None => "--vocab FILE (train with --save-vocab FILE to keep it)".into(),
+        };
+        eprintln!(
+            "the model stays on the shards; write its vectors with: colonnade export --shards {} \
+             {vocab} --output model.h5",
+            args.shards.join(",")
+        );
+    }
     if args.out.any() {
         let start = Instant::now();
         let provenance = provenance(&args, &params, &spec, fingerprint, &summary, cluster.len());

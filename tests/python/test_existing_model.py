@@ -33,7 +33,9 @@ def test_finished_model_is_not_continued_on_another_corpus_or_iter(corpus_100k, 
     a, b = cluster(2)
     shards = f"{a.endpoint},{b.endpoint}"
     vocab = vocab_of(corpus_100k, tmp_path)
-    run(train_args(corpus_100k, shards=shards, vocab=vocab, iter=1))
+    res = run(train_args(corpus_100k, shards=shards, vocab=vocab, iter=1))
+    # No output asked: the model stays on the shards, and how to export it is said.
+    assert f"colonnade export --shards {shards} --vocab {vocab}" in res.stderr, res.describe()
     other = other_corpus(corpus_100k, tmp_path)
 
     res = run_fail(train_args(other, shards=shards, vocab=vocab, iter=1))
