@@ -216,7 +216,7 @@ impl GrpcCheckpointer {
                     self.pause_max.fetch_max(pause.to_bits(), Relaxed);
                     tracing::info!(
                         version = v,
-                        pause_ms = pause * 1e3,
+                        pause_ms = colonnade_setup::log::rounded(pause * 1e3),
                         jobs = position.jobs,
                         "checkpoint taken"
                     );

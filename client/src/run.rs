@@ -151,7 +151,7 @@ pub async fn run_train(mut args: TrainArgs, connector: &Connector) -> anyhow::Re
         };
         let out = cluster.export(&words, &args.out, &provenance).await?;
         for f in &out.files {
-            tracing::info!(file = %f.display(), rows = out.rows, dim = out.dim, seconds = start.elapsed().as_secs_f64(), "written");
+            tracing::info!(file = %f.display(), rows = out.rows, dim = out.dim, seconds = colonnade_setup::log::seconds(start.elapsed()), "written");
         }
     }
     if let Some(path) = &args.summary {

@@ -353,14 +353,16 @@ impl<F: FnMut(Job) -> bool> Jobs<'_, F> {
         }
         if job.index == self.skip.jobs && self.skip.jobs > 0 && self.last_skipped != self.skip.last
         {
+            let shown =
+                |m: Option<MinibatchId>| m.map_or_else(|| "none".to_string(), |m| m.to_string());
             anyhow::bail!(
-                "cannot resume: the checkpoint's position (job {}, last minibatch {:?}) does not \
-                 match this worker's stream (last minibatch {:?}): the corpus, the vocabulary, \
+                "cannot resume: the checkpoint's position (job {}, last minibatch: {}) does not \
+                 match this worker's stream (last minibatch: {}): the corpus, the vocabulary, \
                  the worker split or the training flags changed since the checkpoint; give the \
                  same ones, or --restart",
                 self.skip.jobs,
-                self.skip.last,
-                self.last_skipped
+                shown(self.skip.last),
+                shown(self.last_skipped)
             );
         }
         Ok((self.send)(job))

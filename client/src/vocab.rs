@@ -43,7 +43,7 @@ pub fn run_vocab(args: &VocabArgs) -> anyhow::Result<()> {
         spills,
         sort_spills = stats.sort_spills,
         fingerprint = format!("{fingerprint:016x}"),
-        seconds = start.elapsed().as_secs_f64(),
+        seconds = colonnade_setup::log::seconds(start.elapsed()),
         file = %args.output.display(),
         "vocabulary written"
     );

@@ -378,7 +378,7 @@ pub fn evaluate(
                 split = s,
                 micro_f1,
                 macro_f1,
-                seconds = split_start.elapsed().as_secs_f64(),
+                seconds = crate::seconds_since(split_start),
                 "node classification split"
             );
             per_split.push(SplitScore {

@@ -69,7 +69,7 @@ impl RawEmbeddings {
         let raw = Self::load(path).map_err(|e| {
             anyhow::anyhow!(e).context(format!("cannot read vectors {}", path.display()))
         })?;
-        let seconds = start.elapsed().as_secs_f64();
+        let seconds = crate::seconds_since(start);
         let (file, format) = (path.display(), raw.format);
         let (words, dim, word_bytes) = (raw.len(), raw.dim(), raw.words.heap_bytes());
         if raw.is_mapped() {
@@ -151,7 +151,7 @@ impl RawEmbeddings {
                 };
                 tracing::info!(
                     rows = inv_norm.len(),
-                    seconds = start.elapsed().as_secs_f64(),
+                    seconds = crate::seconds_since(start),
                     "row norms computed"
                 );
                 Unit::Mapped { rows, inv_norm }

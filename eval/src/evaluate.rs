@@ -251,7 +251,7 @@ pub fn evaluate(args: &EvalArgs) -> anyhow::Result<EvalReport> {
     for set in &analogy_sets {
         let start = Instant::now();
         let r = analogy::evaluate(&emb, set, limit(args.restrict));
-        tracing::info!(file = %set.path.display(), questions = r.total.evaluated, seconds = start.elapsed().as_secs_f64(), "analogies evaluated");
+        tracing::info!(file = %set.path.display(), questions = r.total.evaluated, seconds = crate::seconds_since(start), "analogies evaluated");
         analogies.push(r);
     }
     let similarity = pair_sets
@@ -261,7 +261,7 @@ pub fn evaluate(args: &EvalArgs) -> anyhow::Result<EvalReport> {
     let groups = group_set.map(|set| {
         let start = Instant::now();
         let r = groups::evaluate(&emb, &set, args.group_queries);
-        tracing::info!(file = %set.path.display(), groups = r.groups, seconds = start.elapsed().as_secs_f64(), "groups evaluated");
+        tracing::info!(file = %set.path.display(), groups = r.groups, seconds = crate::seconds_since(start), "groups evaluated");
         r
     });
     Ok(EvalReport {

@@ -38,3 +38,10 @@ pub mod one_vs_rest;
 pub mod pairs;
 pub mod similar;
 mod text;
+
+/// The seconds since `start`, to the millisecond, for a log field
+/// (`seconds=0.013`, not `0.013051273`), as `colonnade_setup::log::seconds`
+/// does in the binaries; this crate does not link the process setup.
+pub(crate) fn seconds_since(start: std::time::Instant) -> f64 {
+    (start.elapsed().as_secs_f64() * 1e3).round() / 1e3
+}

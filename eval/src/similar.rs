@@ -154,7 +154,7 @@ pub fn search(args: &SimilarArgs) -> anyhow::Result<SimilarReport> {
     );
     tracing::info!(
         queries = known.len(),
-        seconds = start.elapsed().as_secs_f64(),
+        seconds = crate::seconds_since(start),
         "neighbours found"
     );
     let mut found = found.into_iter();

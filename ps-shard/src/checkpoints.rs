@@ -298,7 +298,7 @@ pub(crate) fn load_models(root: &Path) -> Result<Vec<(Model, Checkpoints)>, Shar
             fingerprint = format!("{fingerprint:016x}"),
             version = model.base_version,
             lineage = format!("{lineage:016x}"),
-            seconds = start.elapsed().as_secs_f64(),
+            seconds = colonnade_setup::log::seconds(start.elapsed()),
             "model loaded from the data dir"
         );
         models.push((model, state));
@@ -446,8 +446,8 @@ impl Checkpoints {
             tracing::info!(
                 fingerprint = format!("{:016x}", model.fingerprint),
                 version = b.version,
-                pause_ms = taken.pause_seconds * 1e3,
-                total_ms = start.elapsed().as_secs_f64() * 1e3,
+                pause_ms = colonnade_setup::log::rounded(taken.pause_seconds * 1e3),
+                total_ms = colonnade_setup::log::rounded(start.elapsed().as_secs_f64() * 1e3),
                 bytes = taken.bytes,
                 "checkpoint taken"
             );
@@ -596,7 +596,7 @@ impl Checkpoints {
             fingerprint = format!("{fingerprint:016x}"),
             version,
             lineage = format!("{lineage:016x}"),
-            seconds = start.elapsed().as_secs_f64(),
+            seconds = colonnade_setup::log::seconds(start.elapsed()),
             "model restored"
         );
         Ok(restored)

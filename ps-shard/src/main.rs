@@ -172,12 +172,13 @@ async fn run(args: Args) -> anyhow::Result<()> {
         %addr,
         tls = tls.is_some(),
         mutual_tls = args.tls_ca.is_some(),
-        health_listen = ?args.health_listen,
-        metrics_listen = ?args.metrics_listen,
+        // Options as their value, or left out: not `Some(..)`/`None`.
+        health_listen = args.health_listen.map(tracing::field::display),
+        metrics_listen = args.metrics_listen.map(tracing::field::display),
         threads,
         max_model_bytes,
         version = env!("CARGO_PKG_VERSION"),
-        data_dir = ?args.data_dir,
+        data_dir = args.data_dir.as_deref().map(|d| tracing::field::display(d.display())),
         "ps-shard serving"
     );
     let core = Arc::new(match args.data_dir {

@@ -158,7 +158,7 @@ async fn watch_compute(
             Err(_) => {
                 if serving {
                     tracing::warn!(
-                        stall_secs = stall.as_secs_f64(),
+                        stall_secs = colonnade_setup::log::seconds(stall),
                         "health: NOT_SERVING: the shard's compute threads have not answered a \
                          probe"
                     );

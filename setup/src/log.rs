@@ -44,3 +44,16 @@ pub fn init(format: LogFormat) {
         LogFormat::Json => builder.json().with_ansi(false).init(),
     }
 }
+
+/// `x` rounded to 3 decimals, for a log field: `seconds=177.157`, not
+/// `seconds=177.15746900000002` (f64's shortest form of a rounded value
+/// has at most 3 decimals), and still a number in JSON logs and for the
+/// benchmark scripts that parse the text ones.
+pub fn rounded(x: f64) -> f64 {
+    (x * 1e3).round() / 1e3
+}
+
+/// The seconds of `d`, to the millisecond, for a log field.
+pub fn seconds(d: std::time::Duration) -> f64 {
+    rounded(d.as_secs_f64())
+}
