@@ -86,8 +86,10 @@ pub fn run(args: &EncodeArgs) -> anyhow::Result<()> {
             encoded::MANIFEST
         );
     }
+    // Read before the output directory is made: a wrong --vocab leaves nothing behind.
+    let vocab = Vocab::load(&args.vocab)
+        .map_err(|e| anyhow::anyhow!(e.for_flag("--vocab", &args.vocab)))?;
     fs_err::create_dir_all(&args.output)?;
-    let vocab = Vocab::load(&args.vocab)?;
     let words_per_part = vocab.total_count().div_ceil(args.parts as u64).max(1);
     let threads = args
         .threads

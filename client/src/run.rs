@@ -146,7 +146,10 @@ pub async fn run_train(mut args: TrainArgs, connector: &Connector) -> anyhow::Re
         // An encoded corpus trained without the words: read them now.
         let words = match (words, &args.vocab) {
             (Some(w), _) => w,
-            (None, Some(path)) => Arc::new(tokio::task::block_in_place(|| Vocab::load(path))?),
+            (None, Some(path)) => Arc::new(
+                tokio::task::block_in_place(|| Vocab::load(path))
+                    .map_err(|e| anyhow::anyhow!(e.for_flag("--vocab", path)))?,
+            ),
             (None, None) => bail!("no vocabulary to export the words of"),
         };
         let out = cluster.export(&words, &args.out, &provenance).await?;

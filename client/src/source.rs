@@ -31,12 +31,17 @@ pub fn prepare(args: &TrainArgs) -> anyhow::Result<(Option<Arc<Vocab>>, Source)>
             (Some(Arc::new(vocab)), source)
         }
         (None, Some(dir), Some(path)) => {
-            let counts = Arc::new(VocabCounts::load(path)?);
+            let counts = Arc::new(
+                VocabCounts::load(path)
+                    .map_err(|e| anyhow::anyhow!(e.for_flag("--vocab", path)))?,
+            );
             let encoded = crate::encode::open_for_training(dir, &counts)?;
             (None, Source::Encoded(encoded, counts))
         }
         (None, _, Some(path)) => {
-            let vocab = Arc::new(Vocab::load(path)?);
+            let vocab = Arc::new(
+                Vocab::load(path).map_err(|e| anyhow::anyhow!(e.for_flag("--vocab", path)))?,
+            );
             let source = Source::Text(args.corpus.clone(), Arc::clone(&vocab));
             (Some(vocab), source)
         }

@@ -21,10 +21,12 @@ use xxhash_rust::xxh3::Xxh3;
 pub enum VocabError {
     #[error(transparent)]
     Corpus(#[from] CorpusError),
-    #[error("{path}: {source}")]
+    /// The OS error is part of the message, not a source: a report that
+    /// prints the chain (`{:#}`) would say it twice.
+    #[error("{path}: {error}")]
     Io {
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error("{path}:{line}: {msg}")]
     Parse {
@@ -44,6 +46,43 @@ pub enum VocabError {
     Empty { min_count: u64, distinct: usize },
     #[error("vocabulary of {0} words exceeds the u32 id space")]
     TooLarge(usize),
+}
+
+impl VocabError {
+    /// This error of the file given by command-line flag `flag` (`--vocab`)
+    /// at `path`, naming the flag and the path once: `cannot read --vocab
+    /// v.tsv: No such file or directory (os error 2)`, `--vocab v.tsv:3:
+    /// invalid count "x"`.
+    pub fn for_flag(&self, flag: &str, path: &Path) -> String {
+        match self {
+            Self::Io { path: p, error } if p == path => {
+                format!("cannot read {flag} {}: {error}", path.display())
+            }
+            Self::Parse { path: p, line, msg } | Self::Order { path: p, line, msg }
+                if p == path =>
+            {
+                match line {
+                    0 => format!("{flag} {}: {msg}", path.display()),
+                    n => format!("{flag} {}:{n}: {msg}", path.display()),
+                }
+            }
+            other => format!("{flag} {}: {other}", path.display()),
+        }
+    }
+}
+
+/// Longest part of a line or word an error quotes.
+const QUOTED_CHARS: usize = 80;
+
+/// `text` quoted for an error message, cut after [`QUOTED_CHARS`]
+/// characters with its length in bytes: the offending "word" of a corpus
+/// given as a vocabulary is its whole first line (100 MB for text8), and
+/// an error must not echo it.
+fn quoted(text: &str) -> String {
+    match text.char_indices().nth(QUOTED_CHARS) {
+        None => format!("{text:?}"),
+        Some((cut, _)) => format!("{:?}… ({} bytes)", &text[..cut], text.len()),
+    }
 }
 
 /// The vocabulary: its words (compactly, [`WordTable`]) and their counts
@@ -171,7 +210,11 @@ impl Vocab {
                 return Err(VocabError::Order {
                     path: PathBuf::new(),
                     line: i as u64 + 1,
-                    msg: format!("{:?} out of order after {:?}", words.get(b), words.get(a)),
+                    msg: format!(
+                        "{} out of order after {}",
+                        quoted(words.get(b)),
+                        quoted(words.get(a))
+                    ),
                 });
             }
         }
@@ -215,7 +258,7 @@ impl Vocab {
         let mut counts = Vec::new();
         while let Some((word, count)) = reader.next_entry()? {
             if let Err(first) = words.push(word) {
-                let msg = format!("duplicate word {word:?} (the word of id {first})");
+                let msg = format!("duplicate word {} (the word of id {first})", quoted(word));
                 return Err(VocabError::Parse {
                     path: path.to_path_buf(),
                     line: reader.lineno,
@@ -244,9 +287,9 @@ impl Vocab {
 
     /// [`Vocab::load`] of a file in any order: read whole, then sorted.
     fn load_any_order(path: &Path) -> Result<Self, VocabError> {
-        let io_err = |source| VocabError::Io {
+        let io_err = |error| VocabError::Io {
             path: path.to_path_buf(),
-            source,
+            error,
         };
         #[allow(
             clippy::disallowed_types,
@@ -286,17 +329,22 @@ impl Vocab {
                 }
             };
             if word.is_empty() || word.bytes().any(|b| b.is_ascii_whitespace()) {
+                // A corpus given as the vocabulary ends here, on its first line.
                 return Err(parse(format!(
-                    "invalid word {word:?}: empty or contains whitespace the corpus reader splits on"
+                    "invalid word {}: empty or contains whitespace the corpus reader splits on \
+                     (a vocabulary file has one `word<TAB>count` per line, as `colonnade vocab` \
+                     writes it: is this a corpus?)",
+                    quoted(word)
                 )));
             }
             let count: u64 = count
                 .trim()
                 .parse()
-                .map_err(|e| parse(format!("invalid count {count:?}: {e}")))?;
+                .map_err(|e| parse(format!("invalid count {}: {e}", quoted(count))))?;
             if let Some(prev) = seen.insert(word.to_owned(), lineno) {
                 return Err(parse(format!(
-                    "duplicate word {word:?} (first on line {prev})"
+                    "duplicate word {} (first on line {prev})",
+                    quoted(word)
                 )));
             }
             pairs.push((word.to_owned(), count));
@@ -376,9 +424,9 @@ impl VocabWriter {
         let mut name = path.file_name().unwrap_or_default().to_os_string();
         name.push(".entries.tmp");
         let body_path = path.with_file_name(name);
-        let file = fs_err::File::create(&body_path).map_err(|source| VocabError::Io {
+        let file = fs_err::File::create(&body_path).map_err(|error| VocabError::Io {
             path: body_path.clone(),
-            source,
+            error,
         })?;
         Ok(Self {
             path: path.to_path_buf(),
@@ -394,9 +442,9 @@ impl VocabWriter {
         self.hasher.update(&[0xff]);
         self.hasher.update(&count.to_le_bytes());
         self.words += 1;
-        writeln!(self.body, "{word}\t{count}").map_err(|source| VocabError::Io {
+        writeln!(self.body, "{word}\t{count}").map_err(|error| VocabError::Io {
             path: self.body_path.clone(),
-            source,
+            error,
         })
     }
 
@@ -404,18 +452,18 @@ impl VocabWriter {
     /// words and the fingerprint.
     pub fn finish(self) -> Result<(u64, u64), VocabError> {
         let fingerprint = self.hasher.digest();
-        let body_err = |source| VocabError::Io {
+        let body_err = |error| VocabError::Io {
             path: self.body_path.clone(),
-            source,
+            error,
         };
         let body = self
             .body
             .into_inner()
             .map_err(|e| body_err(e.into_error()))?;
         drop(body);
-        let out_err = |source| VocabError::Io {
+        let out_err = |error| VocabError::Io {
             path: self.path.clone(),
-            source,
+            error,
         };
         let file = fs_err::File::create(&self.path).map_err(out_err)?;
         let mut out = BufWriter::with_capacity(1 << 20, file);
@@ -464,9 +512,9 @@ impl VocabReader {
             clippy::disallowed_methods,
             reason = "VocabError::Io names the path"
         )]
-        let file = std::fs::File::open(path).map_err(|source| VocabError::Io {
+        let file = std::fs::File::open(path).map_err(|error| VocabError::Io {
             path: path.to_path_buf(),
-            source,
+            error,
         })?;
         Ok(Self {
             path: path.to_path_buf(),
@@ -502,9 +550,9 @@ impl VocabReader {
             let n = self
                 .reader
                 .read_until(b'\n', &mut self.line)
-                .map_err(|source| VocabError::Io {
+                .map_err(|error| VocabError::Io {
                     path: self.path.clone(),
-                    source,
+                    error,
                 })?;
             if n == 0 {
                 return Ok(None);
@@ -534,7 +582,8 @@ impl VocabReader {
                 std::str::from_utf8(word).map_err(|e| self.error(format!("invalid UTF-8: {e}")))?;
             if word.is_empty() || word.bytes().any(|b| b.is_ascii_whitespace()) {
                 return Err(self.error(format!(
-                    "invalid word {word:?}: empty or contains whitespace the corpus reader splits on"
+                    "invalid word {}: empty or contains whitespace the corpus reader splits on",
+                    quoted(word)
                 )));
             }
             let count: u64 = std::str::from_utf8(count)
@@ -542,8 +591,8 @@ impl VocabReader {
                 .and_then(|c| c.trim().parse().ok())
                 .ok_or_else(|| {
                     self.error(format!(
-                        "invalid count {:?}",
-                        String::from_utf8_lossy(count)
+                        "invalid count {}",
+                        quoted(&String::from_utf8_lossy(count))
                     ))
                 })?;
             let in_order = count < self.prev_count
@@ -553,10 +602,11 @@ impl VocabReader {
                     path: self.path.clone(),
                     line: self.lineno,
                     msg: format!(
-                    "{word:?} ({count}) is out of order after {:?} ({}): entries must be by count \
+                        "{} ({count}) is out of order after {} ({}): entries must be by count \
                      descending, then bytes ascending, as `colonnade vocab` writes them",
-                    String::from_utf8_lossy(&self.prev_word),
-                    self.prev_count
+                        quoted(word),
+                        quoted(&String::from_utf8_lossy(&self.prev_word)),
+                        self.prev_count
                     ),
                 });
             }
@@ -744,6 +794,34 @@ mod tests {
         fs_err::write(&p, "a\t1\na\t2\n").expect("write");
         let e = Vocab::load(&p).expect_err("duplicate").to_string();
         assert!(e.contains("duplicate"), "{e}");
+    }
+
+    #[test]
+    fn errors_quote_a_long_line_cut_and_name_the_flag_once() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = dir.path().join("corpus.txt");
+        // A corpus given as the vocabulary: one long line of words.
+        let line = "anarchism originated as a term ".repeat(10_000);
+        fs_err::write(&p, &line).expect("write");
+        let e = Vocab::load(&p).expect_err("a corpus");
+        let msg = e.for_flag("--vocab", &p);
+        assert!(msg.len() < 400, "{msg}");
+        assert!(
+            msg.starts_with(&format!("--vocab {}:1: ", p.display())),
+            "{msg}"
+        );
+        assert!(
+            msg.contains(&format!("… ({} bytes)", line.trim_end().len())),
+            "{msg}"
+        );
+        assert!(msg.contains("is this a corpus?"), "{msg}");
+        let missing = dir.path().join("missing.tsv");
+        let e = Vocab::load(&missing).expect_err("missing");
+        let msg = e.for_flag("--vocab", &missing);
+        assert_eq!(msg.matches("missing.tsv").count(), 1, "{msg}");
+        assert!(msg.starts_with("cannot read --vocab "), "{msg}");
+        assert_eq!(quoted("é".repeat(100).as_str()).matches('é').count(), 80);
+        assert_eq!(quoted("short"), "\"short\"");
     }
 
     #[test]

@@ -91,7 +91,8 @@ pub async fn run(args: ExportArgs, connector: &colonnade_setup::Connector) -> an
         .map(|f| crate::parse_fingerprint("--fingerprint", f))
         .transpose()?;
     check_outputs(&[FlagPath::new("--vocab", &args.vocab)], &args.out.paths())?;
-    let vocab = Vocab::load(&args.vocab)?;
+    let vocab = Vocab::load(&args.vocab)
+        .map_err(|e| anyhow::anyhow!(e.for_flag("--vocab", &args.vocab)))?;
     if !args.checkpoint.is_empty() {
         let dirs = args.checkpoint.clone();
         let model =
