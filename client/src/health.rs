@@ -50,11 +50,17 @@ pub async fn probe(
             .connect()
             .await
             .map_err(|e| anyhow::anyhow!(colonnade_setup::explain(&e)))?;
+        // The first call is where a plaintext client of a TLS shard fails:
+        // said as such, not as h2's FRAME_SIZE_ERROR.
         let resp = HealthClient::new(channel)
             .check(HealthCheckRequest {
                 service: service.to_string(),
             })
-            .await?
+            .await
+            .map_err(|s| match std::error::Error::source(&s) {
+                Some(_) => anyhow::anyhow!(connector.first_call_failed(endpoint, &s).reason),
+                None => anyhow::anyhow!("{:?}: {}", s.code(), s.message()),
+            })?
             .into_inner();
         anyhow::Ok(resp.status)
     };

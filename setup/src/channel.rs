@@ -111,18 +111,25 @@ impl Connector {
         let mut health = tonic_health::pb::health_client::HealthClient::new(channel);
         let mut request = tonic::Request::new(tonic_health::pb::HealthCheckRequest::default());
         request.set_timeout(std::time::Duration::from_secs(10));
-        let status = match health.check(request).await {
-            Ok(_) => return Ok(()),
+        match health.check(request).await {
+            Ok(_) => Ok(()),
             // A gRPC server without the health service still answers.
-            Err(status) if status.code() == tonic::Code::Unimplemented => return Ok(()),
-            Err(status) => status,
-        };
-        let mut e = ConnectError::new(endpoint, status_text(&status));
-        // The connection itself failed right after it was made.
-        if std::error::Error::source(&status).is_some() && !e.permanent {
+            Err(status) if status.code() == tonic::Code::Unimplemented => Ok(()),
+            Err(status) => Err(self.first_call_failed(endpoint, &status)),
+        }
+    }
+
+    /// The first call on a new channel to `endpoint` failed with `status`:
+    /// when the connection itself failed (no gRPC answer, only an HTTP/2 or
+    /// transport error such as h2's FRAME_SIZE_ERROR, which is a TLS alert
+    /// read as a frame), says what that most likely means (TLS on one side
+    /// only, a client certificate missing or refused), and the error is
+    /// permanent.
+    pub fn first_call_failed(&self, endpoint: &str, status: &tonic::Status) -> ConnectError {
+        let mut e = ConnectError::new(endpoint, status_text(status));
+        if std::error::Error::source(status).is_some() && !e.permanent {
             let hint = if !is_https(endpoint) {
-                "the shard closed the plaintext connection: it may serve TLS only; then name it \
-                 https://host:port"
+                PLAINTEXT_TO_TLS
             } else if !self.tls.has_identity() {
                 "the shard closed the TLS connection: it may require a client certificate \
                  (mutual TLS); then give --tls-cert and --tls-key"
@@ -133,9 +140,15 @@ impl Connector {
             e.reason = format!("{} ({hint})", e.reason);
             e.permanent = true;
         }
-        Err(e)
+        e
     }
 }
+
+/// What a plaintext connection that the shard closed, or answered with
+/// something that is not HTTP/2, most likely means.
+const PLAINTEXT_TO_TLS: &str = "the shard did not speak plaintext HTTP/2 on this connection: it \
+     probably serves TLS; then name it https://host:port and give the CA certificate that \
+     signed its certificate with --tls-ca";
 
 fn is_https(endpoint: &str) -> bool {
     endpoint
@@ -212,6 +225,11 @@ pub fn explain(e: &(dyn std::error::Error + 'static)) -> String {
 /// What a TLS failure's message means for whoever runs the client.
 fn tls_hint(text: &str) -> Option<&'static str> {
     let t = text.to_ascii_lowercase();
+    // A TLS alert read as an HTTP/2 frame header claims a frame of over a
+    // megabyte: how a plaintext client of a TLS server fails.
+    if t.contains("frame with invalid size") || t.contains("frame_size_error") {
+        return Some(PLAINTEXT_TO_TLS);
+    }
     if t.contains("invalidcontenttype") || t.contains("corrupt message") {
         Some("the shard answered in plaintext: it serves no TLS, so name it without https://")
     } else if t.contains("notvalidforname") || t.contains("not valid for name") {

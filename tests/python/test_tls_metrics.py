@@ -71,6 +71,21 @@ def test_a_tls_shard_presents_a_chain_python_ssl_verifies(secrets, shard_launche
             ctx.wrap_socket(raw, server_hostname="other.example")
 
 
+def test_health_of_a_tls_shard_named_without_https_says_how_to_name_it(secrets, shard_launcher):
+    endpoint = _shard(shard_launcher, secrets)
+    # The plaintext connection fails in one of several ways (h2's
+    # FRAME_SIZE_ERROR, a closed connection, a broken pipe): each is said
+    # as a TLS shard named without https://.
+    for command in ("health", "health", "health", "models"):
+        args = ["health"] if command == "health" else ["models", "list"]
+        res = run_fail([colonnade(), *args, "--shards", endpoint])
+        line = [l for l in res.stderr.splitlines() if l.startswith("error: ")][-1]
+        for said in (endpoint, "probably serves TLS", "https://host:port", "--tls-ca"):
+            assert said in line, f"{said!r} not said\n" + res.describe()
+    res = run([colonnade(), "health", "--shards", f"https://{endpoint}", "--tls-ca", secrets / "ca.crt"])
+    assert f"https://{endpoint}: SERVING" in res.stdout, res.describe()
+
+
 def test_tls_with_client_certificates_and_a_token_refuses_every_incomplete_client(
         secrets, tmp_path, corpus_100k, shard_launcher):
     endpoint = _shard(shard_launcher, secrets, "--tls-ca", secrets / "ca.crt",
@@ -93,7 +108,7 @@ def test_tls_with_client_certificates_and_a_token_refuses_every_incomplete_clien
         assert not out.exists()
 
     # Plaintext to a TLS shard.
-    refused(endpoint, expect=["may serve TLS only", "https://"])
+    refused(endpoint, expect=["probably serves TLS", "https://", "--tls-ca"])
     # TLS without the cluster's CA: the shard's certificate is not trusted.
     refused(https, expect=["not signed by a CA this client trusts", "--tls-ca"])
     # The CA but no client certificate: mutual TLS refuses the connection.
