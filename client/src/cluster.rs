@@ -538,22 +538,56 @@ impl Cluster {
             }
             let target = if restart { 0 } else { common };
             let lineage = next_lineage(model.fingerprint, target, &lineages);
-            let why = if restart {
-                "--restart".to_string()
-            } else if rollback {
-                "--rollback".to_string()
-            } else if suspect {
-                "a call failed: the last minibatches may be applied on some shards only".to_string()
+            // Every shard loaded version `target` when it started (each load
+            // takes a lineage of its own) and none has trained since: one
+            // state under several labels, which the restore only relabels. A
+            // clean restart of the whole cluster is not a disagreement.
+            let reloaded = !restart
+                && !rollback
+                && !suspect
+                && models
+                    .iter()
+                    .all(|m| m.base_version == target && m.adjusts_since_base == 0)
+                && models
+                    .iter()
+                    .map(|m| {
+                        m.checkpoints
+                            .iter()
+                            .find(|c| c.version == target)
+                            .map(|c| c.lineage)
+                    })
+                    .collect::<BTreeSet<_>>()
+                    .len()
+                    == 1;
+            if reloaded {
+                tracing::info!(
+                    version = target,
+                    "every shard restarted from checkpoint version {target}{}: agreeing on it",
+                    if target == 0 {
+                        " (the initial state)"
+                    } else {
+                        ""
+                    }
+                );
             } else {
-                format!(
-                    "the shards hold different states: {}",
-                    describe(&self.shards, &models)
-                )
-            };
-            tracing::warn!(
-                version = target,
-                "rolling every shard back to checkpoint version {target} ({why})"
-            );
+                let why = if restart {
+                    "--restart".to_string()
+                } else if rollback {
+                    "--rollback".to_string()
+                } else if suspect {
+                    "a call failed: the last minibatches may be applied on some shards only"
+                        .to_string()
+                } else {
+                    format!(
+                        "the shards hold different states: {}",
+                        describe(&self.shards, &models)
+                    )
+                };
+                tracing::warn!(
+                    version = target,
+                    "rolling every shard back to checkpoint version {target} ({why})"
+                );
+            }
             let req = RestoreRequest {
                 model_fingerprint: model.fingerprint,
                 version: target,

@@ -297,6 +297,32 @@ def test_corrupt_and_truncated_checkpoints_fall_back_to_the_previous_version(cor
     assert np.array_equal(vectors(tmp_path / "second.h5").view(np.uint32), vectors(ref).view(np.uint32))
 
 
+def test_a_clean_restart_of_every_shard_is_one_state_not_a_disagreement(corpus_100k, cluster, tmp_path):
+    vocab = tmp_path / "vocab.tsv"
+    run([colonnade(), "vocab", "--corpus", corpus_100k, "--min-count", 3, "--output", vocab])
+    a, b = cluster(2)
+    args = train_args(corpus_100k, shards=f"{a.endpoint},{b.endpoint}", vocab=vocab, checkpoint_interval=INTERVAL,
+                      size=16, **DETERMINISTIC)
+    run(args + ["--output", tmp_path / "first.h5"], timeout=300)
+    # Every shard stopped and started again on its data dir: each loads the
+    # newest version under a lineage of its own.
+    for s in (a, b):
+        s.proc.proc.send_signal(signal.SIGTERM)
+        assert s.proc.proc.wait(timeout=30) == 0, s.text()
+        s.start()
+    wait_for(lambda: "model loaded" in a.text() and "model loaded" in b.text(), 30, "the shards to load",
+             lambda: a.text() + b.text())
+    [version] = {m["base_version"] for m in models([a, b])}
+    assert version > 0 and len({m["lineage"] for m in models([a, b])}) == 2
+    res = run(args + ["--output", tmp_path / "second.h5"], timeout=300)
+    assert "hold different states" not in res.stderr and "WARN" not in res.stderr, res.stderr
+    assert f"every shard restarted from checkpoint version {version}: agreeing on it" in res.stderr, res.stderr
+    assert f"resuming from checkpoint version {version}" in res.stderr, res.stderr
+    # The same model: the worker's part was finished at that version.
+    assert np.array_equal(vectors(tmp_path / "second.h5").view(np.uint32),
+                          vectors(tmp_path / "first.h5").view(np.uint32))
+
+
 def test_full_disk_keeps_the_last_good_version_and_training_goes_on(corpus_100k, cluster, tmp_path):
     if os.geteuid() != 0:
         pytest.skip("needs root to mount a small tmpfs")
