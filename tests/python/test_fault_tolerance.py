@@ -317,8 +317,8 @@ def test_a_clean_restart_of_every_shard_is_one_state_not_a_disagreement(corpus_1
     res = run(args + ["--output", tmp_path / "second.h5"], timeout=300)
     assert "hold different states" not in res.stderr and "WARN" not in res.stderr, res.stderr
     assert f"every shard restarted from checkpoint version {version}: agreeing on it" in res.stderr, res.stderr
-    assert f"resuming from checkpoint version {version}" in res.stderr, res.stderr
-    # The same model: the worker's part was finished at that version.
+    # The worker's part was finished at that version: nothing to train, the same model.
+    assert f"already trained to the end (checkpoint version {version}" in res.stderr, res.stderr
     assert np.array_equal(vectors(tmp_path / "second.h5").view(np.uint32),
                           vectors(tmp_path / "first.h5").view(np.uint32))
 
