@@ -1,7 +1,9 @@
 //! The on-disk form of a shard's models (`ps-shard --data-dir DIR`):
 //! `DIR/<fingerprint>/model.bin` (spec and word counts, written once) and
 //! `DIR/<fingerprint>/v<version>.ckpt` (both matrices of the shard's column
-//! slice, with the manifest of the workers' positions). Every file is
+//! slice, with the manifest of the workers' positions), and
+//! `DIR/<fingerprint>/dropped` while the model is dropped from its shard's
+//! memory with its files kept. Every file is
 //! written crash-safe (a `.tmp` file, fsync, rename, fsync of the directory)
 //! and checksummed (xxh3-64 of the header and of the payload), so a reader
 //! detects truncation at open and corruption before it trusts a value.
@@ -474,6 +476,41 @@ impl ModelDir {
             if p.extension().is_some_and(|e| e == "tmp") {
                 fs_err::remove_file(&p).map_err(io(&p))?;
             }
+        }
+        Ok(())
+    }
+
+    fn dropped_path(&self) -> PathBuf {
+        self.path.join("dropped")
+    }
+
+    /// Marks the model dropped from its shard's memory with its files kept
+    /// (crash-safe): a shard starting on the data dir leaves it on disk
+    /// instead of loading it, until the model is created again.
+    pub fn mark_dropped(&self) -> Result<(), CheckpointError> {
+        write_atomically(&self.dropped_path(), |w| {
+            w.write_all(
+                b"dropped from the shard's memory with its checkpoints kept (`colonnade models \
+                  drop`); creating the model again loads it\n",
+            )
+        })
+        .map(drop)
+    }
+
+    /// Whether the model is dropped with its files kept ([`ModelDir::mark_dropped`]).
+    pub fn is_dropped(&self) -> bool {
+        self.dropped_path().is_file()
+    }
+
+    /// Removes the dropped mark (the model is held again), durably: a
+    /// restart then loads it.
+    pub fn unmark_dropped(&self) -> Result<(), CheckpointError> {
+        let path = self.dropped_path();
+        if path.exists() {
+            fs_err::remove_file(&path).map_err(io(&path))?;
+            fs_err::File::open(&self.path)
+                .and_then(|d| d.sync_all())
+                .map_err(io(&self.path))?;
         }
         Ok(())
     }

@@ -140,6 +140,14 @@ fn versions_removal_and_temporaries() {
     assert_eq!(m.versions().expect("versions"), [3, 4]);
     assert!(!m.path().join("v0000000005.ckpt.tmp").exists());
     assert_eq!(ModelDir::list(dir.path()).expect("list").len(), 1);
+    // The dropped mark: beside the versions, which it leaves alone.
+    assert!(!m.is_dropped());
+    m.mark_dropped().expect("mark");
+    assert!(m.is_dropped());
+    assert_eq!(m.versions().expect("versions"), [3, 4]);
+    m.unmark_dropped().expect("unmark");
+    m.unmark_dropped().expect("unmarking twice is fine");
+    assert!(!m.is_dropped());
     m.remove_all().expect("remove all");
     assert!(ModelDir::list(dir.path()).expect("list").is_empty());
 }
