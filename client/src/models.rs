@@ -1,7 +1,11 @@
 //! `colonnade models`: list the models running shards hold, and drop the ones
 //! no longer needed. A long-running shard keeps every model a client created
-//! on it (each size, seed or vocabulary adds one) until it is dropped.
+//! on it (each size, seed or vocabulary adds one) until it is dropped. A drop
+//! frees the memory and keeps the model's checkpoints on the shards' disks
+//! unless asked to delete them: a shard restarted does not load a dropped
+//! model, and training it again resumes from its newest checkpoint.
 
+use crate::grpc::same_api;
 use crate::preflight::human_bytes;
 use anyhow::{bail, Context};
 use colonnade_common::model::ShardSpec;
@@ -23,7 +27,8 @@ pub enum ModelsCommand {
     /// Every model each shard holds: fingerprint, vocabulary, dimension, its
     /// columns, seed, memory and call counts.
     List(ListArgs),
-    /// Drop one model from every listed shard, freeing its memory.
+    /// Drop one model from every listed shard, freeing its memory; its
+    /// checkpoints stay on the shards' disks unless --delete-checkpoints.
     Drop(DropArgs),
 }
 
@@ -47,6 +52,13 @@ pub struct DropArgs {
     /// The model to drop (hex, as `colonnade models list` prints it).
     #[arg(long, env = "COLONNADE_FINGERPRINT")]
     pub fingerprint: String,
+    /// Also delete the model's files (spec, counts, checkpoints) from each
+    /// shard's --data-dir, also those of a model dropped earlier with its
+    /// files kept. Without it they stay: a shard restarted does not load the
+    /// model, and training the same model on the same shards resumes from its
+    /// newest checkpoint.
+    #[arg(long, env = "COLONNADE_DELETE_CHECKPOINTS")]
+    pub delete_checkpoints: bool,
     #[command(flatten, next_help_heading = "Connecting to shards")]
     pub connect: crate::cli::ConnectArgs,
 }
@@ -226,8 +238,12 @@ async fn drop_model(args: &DropArgs, connector: &Connector) -> anyhow::Result<()
     // Every shard is asked first, so an unknown fingerprint or an unreachable
     // shard stops before anything is dropped.
     let shards = statuses(connector, &args.shards).await?;
+    // A shard of API 7 deletes the files a drop is now told to keep.
+    for ((_, s), endpoint) in shards.iter().zip(&args.shards) {
+        same_api(endpoint, s)?;
+    }
     let holds = |s: &StatusResponse| s.models.iter().any(|m| m.model_fingerprint == fingerprint);
-    if !shards.iter().any(|(_, s)| holds(s)) {
+    let listing = |shards: &[(ShardClient, StatusResponse)]| {
         let mut held = String::new();
         for ((_, s), endpoint) in shards.iter().zip(&args.shards) {
             if s.models.is_empty() {
@@ -237,16 +253,26 @@ async fn drop_model(args: &DropArgs, connector: &Connector) -> anyhow::Result<()
                 let _ = write!(held, "\n  shard {endpoint}: {}", describe_model(m));
             }
         }
+        held
+    };
+    // The files of a model dropped earlier are on disk only, where a status
+    // does not list them: deleting them asks every shard.
+    if !args.delete_checkpoints && !shards.iter().any(|(_, s)| holds(s)) {
         bail!(
-            "no shard holds a model with --fingerprint {fingerprint:016x}; the shards hold:{held}"
+            "no shard holds a model with --fingerprint {fingerprint:016x}; the shards hold:{}",
+            listing(&shards)
         );
     }
+    let held_before = listing(&shards);
     let mut dropped = Vec::new();
     let mut absent = Vec::new();
+    let mut deleted = Vec::new();
+    let mut kept = Vec::new();
     for ((mut client, _), endpoint) in shards.into_iter().zip(&args.shards) {
         let resp = client
             .drop_model(DropModelRequest {
                 model_fingerprint: fingerprint,
+                delete_checkpoints: args.delete_checkpoints,
             })
             .await
             .with_context(|| {
@@ -265,12 +291,50 @@ async fn drop_model(args: &DropArgs, connector: &Connector) -> anyhow::Result<()
         } else {
             absent.push(endpoint.clone());
         }
+        if resp.checkpoints_deleted {
+            deleted.push(format!("{endpoint} ({})", resp.model_dir));
+        } else if !resp.model_dir.is_empty() && (resp.dropped || !resp.checkpoints_kept.is_empty())
+        {
+            let versions = match resp.checkpoints_kept.as_slice() {
+                [] => "no checkpoint yet".to_string(),
+                v => format!(
+                    "version{} {}",
+                    if v.len() == 1 { "" } else { "s" },
+                    v.iter().map(u64::to_string).collect::<Vec<_>>().join(", ")
+                ),
+            };
+            kept.push(format!("{endpoint}: {versions} in {}", resp.model_dir));
+        }
     }
-    println!(
-        "dropped model {fingerprint:016x} from {}",
-        dropped.join(", ")
-    );
-    if !absent.is_empty() {
+    if dropped.is_empty() && deleted.is_empty() {
+        bail!(
+            "no shard holds a model with --fingerprint {fingerprint:016x}, in memory or in its \
+             data dir; the shards hold:{held_before}"
+        );
+    }
+    if !dropped.is_empty() {
+        println!(
+            "dropped model {fingerprint:016x} from {}",
+            dropped.join(", ")
+        );
+    }
+    if !deleted.is_empty() {
+        println!(
+            "deleted the files of model {fingerprint:016x} from the data dirs of {}",
+            deleted.join(", ")
+        );
+    }
+    if !kept.is_empty() {
+        println!(
+            "its checkpoints stay on disk ({}): a shard restarted does not load the model, \
+             training it again on these shards resumes from them, and `colonnade models drop \
+             --shards {} --fingerprint {fingerprint:016x} --delete-checkpoints` deletes them",
+            kept.join("; "),
+            args.shards.join(",")
+        );
+    }
+    // Held by no shard (files only): the deletion says it all.
+    if !absent.is_empty() && !dropped.is_empty() {
         println!("not held by {}", absent.join(", "));
     }
     Ok(())

@@ -39,9 +39,13 @@ pub use shards::{CallError, ModelShards, DIVERGED_PREFIX};
 /// million words on, negatives drawn from a table over runs of equal counts
 /// (`colonnade_common::sampler`). 6: the minibatches of a call planned and
 /// applied together, dot products and weights in the call's wire order
-/// (positives, then negatives by row), an adjust that names its call. A
-/// client refuses shards of another version.
-pub const API_VERSION: u32 = 7;
+/// (positives, then negatives by row), an adjust that names its call. 7:
+/// steps scaled by the calls pending on a row, a diverged model refused. 8:
+/// DropModel keeps the model's files unless asked (`delete_checkpoints`),
+/// and CreateModel loads a model dropped with its files kept (a client of 7
+/// meant the files to go, a client of 8 to stay). A client refuses shards
+/// of another version.
+pub const API_VERSION: u32 = 8;
 
 /// Largest gRPC message either side accepts or sends (default tonic limit is
 /// 4 MiB). The largest real ones are a call's dot products (at most

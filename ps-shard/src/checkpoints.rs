@@ -79,7 +79,7 @@ impl Checkpoints {
     }
 
     /// Gives up the barrier in progress, telling its waiters why.
-    fn abandon(&self, why: &str) {
+    pub(crate) fn abandon(&self, why: &str) {
         if let Some(b) = self.barrier.lock().take() {
             let _ = b.tx.send(Phase::Failed(ShardError::Aborted(format!(
                 "checkpoint {} abandoned: {why}",
@@ -223,17 +223,9 @@ pub(crate) fn persist_created(dir: &ModelDir, model: &Model) -> Result<(), Shard
         .map_err(internal)
 }
 
-/// Removes a dropped model's files.
-pub(crate) fn forget(dir: &ModelDir) {
-    if let Err(e) = dir.remove_all() {
-        tracing::error!(error = %e, "cannot remove the dropped model's files");
-    }
-}
-
-/// Loads every model of the data dir `root` at its newest readable version,
-/// each under a lineage of its own, with its checkpoint state. A version
-/// that fails to load is named in the log, set aside, and the previous one
-/// tried; with none left, the model starts from its initial state.
+/// Loads every model of the data dir `root` at its newest readable version
+/// ([`load_model`]), except those dropped with their files kept
+/// ([`ModelDir::is_dropped`]): they stay on disk until created again.
 pub(crate) fn load_models(root: &Path) -> Result<Vec<(Model, Checkpoints)>, ShardError> {
     fs_err::create_dir_all(root).map_err(|e| {
         ShardError::Internal(format!(
@@ -243,67 +235,84 @@ pub(crate) fn load_models(root: &Path) -> Result<Vec<(Model, Checkpoints)>, Shar
     })?;
     let mut models = Vec::new();
     for dir in ModelDir::list(root).map_err(internal)? {
-        let start = Instant::now();
-        dir.clean_temporaries().map_err(internal)?;
-        let (fingerprint, spec, counts) = dir.read_model().map_err(internal)?;
-        if spec.model.fingerprint() != fingerprint {
-            return Err(ShardError::Internal(format!(
-                "{}: its spec has fingerprint {:016x}, not {fingerprint:016x}",
-                dir.path().display(),
-                spec.model.fingerprint()
-            )));
+        if dir.is_dropped() {
+            tracing::info!(
+                fingerprint = format!("{:016x}", dir.fingerprint()),
+                dir = %dir.path().display(),
+                "model dropped with its checkpoints kept: not loaded (creating it again loads \
+                 it; `colonnade models drop --delete-checkpoints` deletes it)"
+            );
+            continue;
         }
-        let counts: Arc<[u64]> = counts.into();
-        let lineage = fresh_lineage(fingerprint);
-        let mut loaded = None;
-        let mut older = Vec::new();
-        for version in dir.versions().map_err(internal)?.into_iter().rev() {
-            let path = dir.checkpoint_path(version);
-            if loaded.is_some() {
-                // Older versions: the header is checked now, the payload on restore.
-                match CheckpointReader::open(&path) {
-                    Ok(r) => older.push(version_of(r.header())),
-                    Err(e) => {
-                        tracing::error!(error = %e, "checkpoint unreadable; set aside");
-                        quarantine(&path);
-                    }
-                }
-                continue;
-            }
-            match load_version(&path, &spec, Arc::clone(&counts), lineage) {
-                Ok((model, header)) => {
-                    older.push(version_of(&header));
-                    loaded = Some(model);
-                }
+        models.push(load_model(&dir)?);
+    }
+    Ok(models)
+}
+
+/// Loads the model of `dir` at its newest readable version, under a lineage
+/// of its own, with its checkpoint state. A version that fails to load is
+/// named in the log, set aside, and the previous one tried; with none left,
+/// the model starts from its initial state.
+pub(crate) fn load_model(dir: &ModelDir) -> Result<(Model, Checkpoints), ShardError> {
+    let start = Instant::now();
+    dir.clean_temporaries().map_err(internal)?;
+    let (fingerprint, spec, counts) = dir.read_model().map_err(internal)?;
+    if spec.model.fingerprint() != fingerprint {
+        return Err(ShardError::Internal(format!(
+            "{}: its spec has fingerprint {:016x}, not {fingerprint:016x}",
+            dir.path().display(),
+            spec.model.fingerprint()
+        )));
+    }
+    let counts: Arc<[u64]> = counts.into();
+    let lineage = fresh_lineage(fingerprint);
+    let mut loaded = None;
+    let mut older = Vec::new();
+    for version in dir.versions().map_err(internal)?.into_iter().rev() {
+        let path = dir.checkpoint_path(version);
+        if loaded.is_some() {
+            // Older versions: the header is checked now, the payload on restore.
+            match CheckpointReader::open(&path) {
+                Ok(r) => older.push(version_of(r.header())),
                 Err(e) => {
-                    tracing::error!(
-                        error = %e,
-                        "checkpoint unreadable; set aside, falling back to the previous version"
-                    );
+                    tracing::error!(error = %e, "checkpoint unreadable; set aside");
                     quarantine(&path);
                 }
             }
+            continue;
         }
-        older.sort_by_key(|v| v.version);
-        let model = match loaded {
-            Some(m) => m,
-            None => Model::initial(spec, counts, lineage)?,
-        };
-        let state = Checkpoints::default();
-        if let Some(newest) = older.last() {
-            *state.finished.lock() = finished_workers(&newest.manifest);
+        match load_version(&path, &spec, Arc::clone(&counts), lineage) {
+            Ok((model, header)) => {
+                older.push(version_of(&header));
+                loaded = Some(model);
+            }
+            Err(e) => {
+                tracing::error!(
+                    error = %e,
+                    "checkpoint unreadable; set aside, falling back to the previous version"
+                );
+                quarantine(&path);
+            }
         }
-        *state.on_disk.lock() = older;
-        tracing::info!(
-            fingerprint = format!("{fingerprint:016x}"),
-            version = model.base_version,
-            lineage = format!("{lineage:016x}"),
-            seconds = colonnade_setup::log::seconds(start.elapsed()),
-            "model loaded from the data dir"
-        );
-        models.push((model, state));
     }
-    Ok(models)
+    older.sort_by_key(|v| v.version);
+    let model = match loaded {
+        Some(m) => m,
+        None => Model::initial(spec, counts, lineage)?,
+    };
+    let state = Checkpoints::default();
+    if let Some(newest) = older.last() {
+        *state.finished.lock() = finished_workers(&newest.manifest);
+    }
+    *state.on_disk.lock() = older;
+    tracing::info!(
+        fingerprint = format!("{fingerprint:016x}"),
+        version = model.base_version,
+        lineage = format!("{lineage:016x}"),
+        seconds = colonnade_setup::log::seconds(start.elapsed()),
+        "model loaded from the data dir"
+    );
+    Ok((model, state))
 }
 
 impl Checkpoints {

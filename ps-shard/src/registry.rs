@@ -2,7 +2,10 @@
 //! to) one within the shard's memory budget (all its models together, and
 //! those being created), looking one up, dropping one;
 //! with a data dir, each model's files and checkpoints
-//! ([`crate::checkpoints`]).
+//! ([`crate::checkpoints`]). Dropping a model frees its memory and keeps its
+//! files unless asked to delete them: a model dropped with its files kept is
+//! marked so in its directory, not loaded at start-up, and loaded again from
+//! its newest checkpoint when it is created again.
 
 use crate::checkpoints::{self, Arrival, Arrived, Checkpoints};
 use crate::hogwild::Siblings;
@@ -62,6 +65,19 @@ impl Drop for Reservation {
 pub struct Created {
     pub fingerprint: u64,
     pub existed: bool,
+}
+
+/// What [`ShardCore::drop_model`] did.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Dropped {
+    /// The model was held in memory (it no longer is).
+    pub held: bool,
+    /// Its files were deleted from the data dir.
+    pub deleted: bool,
+    /// The checkpoint versions that stay in the data dir (its files kept).
+    pub kept: Vec<u64>,
+    /// Its directory in the data dir (none without a data dir).
+    pub dir: Option<PathBuf>,
 }
 
 impl ShardCore {
@@ -137,6 +153,9 @@ impl ShardCore {
             Admission::Existing(created) => return Ok(created),
             Admission::New(r) => r,
         };
+        if let Some(created) = self.create_dropped(&spec)? {
+            return Ok(created);
+        }
         let model = Arc::new(Model::initial_in(
             spec.clone(),
             counts,
@@ -227,16 +246,98 @@ impl ShardCore {
         all
     }
 
-    /// Drops the model, and with a data dir its files and checkpoints.
-    pub fn drop_model(&self, fingerprint: u64) -> bool {
-        let dropped = self.models.remove(&fingerprint).is_some();
-        if dropped {
-            self.checkpoints.remove(&fingerprint);
-            if let Some(dir) = self.model_dir(fingerprint) {
-                checkpoints::forget(&dir);
+    /// Creates `spec`'s model from its files in the data dir when it was
+    /// dropped with them kept: loaded at its newest readable version, under
+    /// a lineage of its own (as at start-up), and held again, so a restart
+    /// loads it. `None` when the data dir keeps no such model. Files of the
+    /// same model with other columns (another shard's slice) are refused,
+    /// not overwritten.
+    fn create_dropped(&self, spec: &ShardSpec) -> Result<Option<Created>, ShardError> {
+        let fingerprint = spec.model.fingerprint();
+        let Some(dir) = self.model_dir(fingerprint).filter(ModelDir::is_dropped) else {
+            return Ok(None);
+        };
+        let (_, kept, _) = dir
+            .read_model()
+            .map_err(|e| ShardError::Internal(e.to_string()))?;
+        if kept != *spec {
+            return Err(ShardError::FailedPrecondition(format!(
+                "this shard keeps the checkpoints of model {fingerprint:016x} with columns [{}, \
+                 {}) in {} (dropped with its checkpoints kept), asked for columns [{}, {}): give \
+                 the shards in the order they trained it, or delete them with `colonnade models \
+                 drop --delete-checkpoints`",
+                kept.col_start,
+                kept.col_end,
+                dir.path().display(),
+                spec.col_start,
+                spec.col_end
+            )));
+        }
+        let (model, state) = checkpoints::load_model(&dir)?;
+        let version = model.base_version;
+        match self.models.entry(fingerprint) {
+            // Created again meanwhile by another call: attach to it.
+            Entry::Occupied(e) => attach(e.get(), spec).map(Some),
+            Entry::Vacant(e) => {
+                dir.unmark_dropped()
+                    .map_err(|e| ShardError::Internal(e.to_string()))?;
+                self.checkpoints.insert(fingerprint, Arc::new(state));
+                e.insert(Arc::new(model));
+                tracing::info!(
+                    fingerprint = format!("{fingerprint:016x}"),
+                    version,
+                    dir = %dir.path().display(),
+                    "model created again from the checkpoints it was dropped with"
+                );
+                Ok(Some(Created {
+                    fingerprint,
+                    existed: true,
+                }))
             }
         }
-        dropped
+    }
+
+    /// Drops the model from memory. With a data dir its files stay, marked
+    /// dropped ([`ModelDir::mark_dropped`]), unless `delete_checkpoints`
+    /// (which also deletes the files of a model dropped earlier with its
+    /// files kept). A checkpoint barrier of the model is given up and a
+    /// version being written is finished first.
+    pub fn drop_model(
+        &self,
+        fingerprint: u64,
+        delete_checkpoints: bool,
+    ) -> Result<Dropped, ShardError> {
+        // The loader inserts models meanwhile: a drop then could miss one.
+        self.unavailable_while_loading()?;
+        let held = self.models.remove(&fingerprint).is_some();
+        if let Some((_, state)) = self.checkpoints.remove(&fingerprint) {
+            state.abandon("the model was dropped");
+            state.wait_for_write();
+        }
+        let Some(dir) = self.model_dir(fingerprint) else {
+            return Ok(Dropped {
+                held,
+                ..Dropped::default()
+            });
+        };
+        let internal =
+            |e: colonnade_checkpoint::CheckpointError| ShardError::Internal(e.to_string());
+        let on_disk = dir.path().is_dir();
+        let mut dropped = Dropped {
+            held,
+            dir: Some(dir.path().to_path_buf()),
+            ..Dropped::default()
+        };
+        if delete_checkpoints {
+            dir.remove_all().map_err(internal)?;
+            dropped.deleted = on_disk;
+        } else if on_disk {
+            if held {
+                dir.mark_dropped().map_err(internal)?;
+            }
+            dropped.kept = dir.versions().map_err(internal)?;
+        }
+        Ok(dropped)
     }
 
     fn model_dir(&self, fingerprint: u64) -> Option<ModelDir> {
@@ -376,7 +477,56 @@ mod tests {
             limited.create_model(spec(0..4), &COUNTS),
             Err(ShardError::ResourceExhausted(_))
         ));
-        assert!(core.drop_model(a.fingerprint));
+        assert!(core.drop_model(a.fingerprint, false).expect("drop").held);
         assert!(core.model(a.fingerprint).is_err());
+    }
+
+    /// With a data dir, a drop keeps the model's files unless asked: a
+    /// shard starting on the dir does not load the dropped model, creating
+    /// it again does (held again, so a restart loads it), and a drop with
+    /// `delete_checkpoints` deletes the files, also of a model only kept.
+    #[test]
+    fn a_drop_keeps_the_files_unless_asked_and_creating_again_loads_them() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let start = || {
+            let core = ShardCore::persistent(None, tmp.path().to_path_buf());
+            core.load_data_dir().expect("load");
+            core.loaded();
+            core
+        };
+        let core = start();
+        let fp = core
+            .create_model(spec(0..4), &COUNTS)
+            .expect("create")
+            .fingerprint;
+        let dir = ModelDir::new(tmp.path(), fp);
+        let dropped = core.drop_model(fp, false).expect("drop");
+        assert!(dropped.held && !dropped.deleted, "{dropped:?}");
+        assert_eq!(dropped.dir.as_deref(), Some(dir.path()));
+        assert!(dir.is_dropped() && core.model(fp).is_err());
+
+        let restarted = start();
+        assert!(
+            restarted.models().is_empty(),
+            "a dropped model is not loaded"
+        );
+        assert!(matches!(
+            restarted.create_model(spec(4..8), &COUNTS),
+            Err(ShardError::FailedPrecondition(m)) if m.contains("--delete-checkpoints")
+        ));
+        let again = restarted
+            .create_model(spec(0..4), &COUNTS)
+            .expect("create again");
+        assert!(again.existed, "loaded from its files: {again:?}");
+        assert!(!dir.is_dropped());
+        assert_eq!(start().models().len(), 1, "held again: a restart loads it");
+
+        let kept = restarted.drop_model(fp, false).expect("drop");
+        assert!(kept.held && dir.is_dropped());
+        let deleted = start().drop_model(fp, true).expect("delete");
+        assert!(!deleted.held && deleted.deleted, "{deleted:?}");
+        assert!(!dir.path().exists());
+        let nothing = start().drop_model(fp, true).expect("nothing left");
+        assert!(!nothing.held && !nothing.deleted && nothing.kept.is_empty());
     }
 }

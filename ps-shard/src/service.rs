@@ -688,8 +688,40 @@ impl Shard for ShardService {
         request: Request<DropModelRequest>,
     ) -> Result<Response<DropModelResponse>, Status> {
         self.tokens.check(request.metadata(), Scope::Admin)?;
-        let dropped = self.core.drop_model(request.into_inner().model_fingerprint);
-        Ok(Response::new(DropModelResponse { dropped }))
+        let req = request.into_inner();
+        let core = Arc::clone(&self.core);
+        // Blocking: it waits for a checkpoint being written, and deletes files.
+        let d = self
+            .blocking(move |_| core.drop_model(req.model_fingerprint, req.delete_checkpoints))
+            .await?;
+        let fingerprint = format!("{:016x}", req.model_fingerprint);
+        let dir = d
+            .dir
+            .as_deref()
+            .map(|p| tracing::field::display(p.display()));
+        let what = match (d.held, d.deleted, d.dir.is_some()) {
+            (_, true, _) => "model dropped, its files deleted from the data dir",
+            (true, false, true) => {
+                "model dropped from memory, its checkpoints kept in the data dir (creating it \
+                 again loads them; a restart does not)"
+            }
+            (true, false, false) => "model dropped (no data dir: nothing on disk)",
+            (false, false, _) => "drop of a model this shard does not hold: nothing dropped",
+        };
+        tracing::info!(
+            fingerprint,
+            held = d.held,
+            checkpoints_deleted = d.deleted,
+            checkpoints_kept = ?d.kept,
+            dir,
+            "{what}"
+        );
+        Ok(Response::new(DropModelResponse {
+            dropped: d.held,
+            checkpoints_deleted: d.deleted,
+            checkpoints_kept: d.kept,
+            model_dir: d.dir.map(|p| p.display().to_string()).unwrap_or_default(),
+        }))
     }
 }
 

@@ -214,6 +214,7 @@ async fn hostile_requests_end_in_clear_errors_and_the_shard_stays_within_its_bud
         let dropped = c
             .drop_model(DropModelRequest {
                 model_fingerprint: fp,
+                ..DropModelRequest::default()
             })
             .await;
         assert!(dropped.expect("drop").into_inner().dropped);

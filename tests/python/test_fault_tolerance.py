@@ -23,7 +23,7 @@ import h5py
 import numpy as np
 import pytest
 
-from conftest import ANSI, binary, clean_env, colonnade, free_port, run, train_args
+from conftest import ANSI, binary, clean_env, colonnade, free_port, run, run_fail, train_args
 
 INTERVAL = 1  # --checkpoint-interval, seconds
 DETERMINISTIC = dict(threads=1, in_flight=1)
@@ -321,6 +321,65 @@ def test_a_clean_restart_of_every_shard_is_one_state_not_a_disagreement(corpus_1
     assert f"already trained to the end (checkpoint version {version}" in res.stderr, res.stderr
     assert np.array_equal(vectors(tmp_path / "second.h5").view(np.uint32),
                           vectors(tmp_path / "first.h5").view(np.uint32))
+
+
+def test_models_drop_keeps_the_checkpoints_unless_asked_and_training_again_resumes(corpus_100k, cluster, tmp_path):
+    vocab = tmp_path / "vocab.tsv"
+    run([colonnade(), "vocab", "--corpus", corpus_100k, "--min-count", 3, "--output", vocab])
+    a, b = cluster(2)
+    shards = f"{a.endpoint},{b.endpoint}"
+    args = train_args(corpus_100k, shards=shards, vocab=vocab, checkpoint_interval=INTERVAL, size=16, **DETERMINISTIC)
+    run(args + ["--output", tmp_path / "first.h5"], timeout=300)
+    fp, versions = models([a, b])[0]["fingerprint"], models([a, b])[0]["checkpoints"]
+    assert versions, "checkpoints were taken"
+    dirs = [s.data_dir / fp for s in (a, b)]
+
+    def held() -> list[list[str]]:
+        out = run([colonnade(), "models", "list", "--shards", shards, "--json"]).stdout
+        return [[m["fingerprint"] for m in s["models"]] for s in json.loads(out)["shards"]]
+
+    def drop(*flags) -> str:
+        return run([colonnade(), "models", "drop", "--shards", shards, "--fingerprint", fp, *flags]).stdout
+
+    def logged_drop(s: PersistentShard, deleted: bool) -> bool:
+        line = rf'model dropped.* fingerprint="{fp}" .*checkpoints_deleted={str(deleted).lower()} .*dir='
+        return re.search(line + re.escape(str(s.data_dir / fp)), s.text()) is not None
+
+    # A drop frees the memory and keeps the files, saying so (and how to delete them).
+    out = drop()
+    assert f"dropped model {fp}" in out and "checkpoints stay on disk" in out and "--delete-checkpoints" in out, out
+    assert held() == [[], []]
+    for s, d in zip((a, b), dirs):
+        assert sorted(p.name for p in d.glob("v*.ckpt")) == [f"v{v:010}.ckpt" for v in versions], d
+        assert (d / "model.bin").is_file() and (d / "dropped").is_file()
+        assert logged_drop(s, deleted=False), s.text()
+
+    # A restart leaves the dropped model on disk, not in memory.
+    for s in (a, b):
+        s.proc.proc.send_signal(signal.SIGTERM)
+        assert s.proc.proc.wait(timeout=30) == 0, s.text()
+        s.start()
+        wait_for(lambda: "not loaded" in s.text(), 30, "the shard to start", s.text)
+    assert held() == [[], []]
+
+    # Training the same model again resumes from its newest checkpoint: the
+    # part was finished there, so the same vectors.
+    res = run(args + ["--output", tmp_path / "second.h5"], timeout=300)
+    assert f"resuming from checkpoint version {versions[-1]}" in res.stderr, res.stderr
+    assert np.array_equal(vectors(tmp_path / "second.h5").view(np.uint32),
+                          vectors(tmp_path / "first.h5").view(np.uint32))
+    assert held() == [[fp], [fp]] and not any((d / "dropped").exists() for d in dirs)
+
+    # --delete-checkpoints deletes the files, of a held model or, as here,
+    # of one dropped earlier with its files kept.
+    drop()
+    out = drop("--delete-checkpoints")
+    assert f"deleted the files of model {fp}" in out, out
+    for s, d in zip((a, b), dirs):
+        assert not d.exists(), d
+        assert logged_drop(s, deleted=True), s.text()
+    res = run_fail([colonnade(), "models", "drop", "--shards", shards, "--fingerprint", fp, "--delete-checkpoints"])
+    assert "in memory or in its data dir" in res.stderr, res.describe()
 
 
 def test_full_disk_keeps_the_last_good_version_and_training_goes_on(corpus_100k, cluster, tmp_path):
