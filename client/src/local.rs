@@ -16,13 +16,15 @@
 use anyhow::{bail, Context};
 use colonnade_setup::Connector;
 use serde::{Deserialize, Serialize};
-use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 use tonic_health::pb::health_check_response::ServingStatus;
+
+mod process;
+use process::{is_our_shard, signal};
 
 /// Start, stop or inspect a cluster of shards on this machine.
 #[derive(clap::Args, Debug)]
@@ -54,15 +56,15 @@ pub struct UpArgs {
     /// Directory of the cluster: shard i keeps its models and checkpoints in
     /// DIR/s<i> and logs to DIR/s<i>.log; DIR/cluster.json records the
     /// processes. Starting again on the same DIR loads the checkpoints.
-    #[arg(long, env = "COLONNADE_CLUSTER_DATA_DIR")]
+    #[arg(long, env = "COLONNADE_DATA_DIR")]
     pub data_dir: PathBuf,
     /// Compute threads of each shard (default: this machine's cores divided
     /// among the shards, at least 1).
-    #[arg(long, env = "COLONNADE_CLUSTER_THREADS")]
+    #[arg(long, env = "COLONNADE_THREADS")]
     pub threads: Option<usize>,
     /// Give up (and stop the shards) when they do not all answer SERVING
     /// within this many seconds; loading large checkpoints takes longer.
-    #[arg(long, env = "COLONNADE_CLUSTER_TIMEOUT_SECS", default_value_t = 120)]
+    #[arg(long, env = "COLONNADE_TIMEOUT_SECS", default_value_t = 120)]
     pub timeout_secs: u64,
     /// Further ps-shard flags for every shard, after `--` (e.g. `--
     /// --max-model-bytes 4000000000`: by default each shard may fill 90 % of
@@ -75,22 +77,18 @@ pub struct UpArgs {
 #[derive(clap::Args, Debug)]
 pub struct DownArgs {
     /// Directory the cluster was started with (`cluster up --data-dir`).
-    #[arg(long, env = "COLONNADE_CLUSTER_DATA_DIR")]
+    #[arg(long, env = "COLONNADE_DATA_DIR")]
     pub data_dir: PathBuf,
     /// Seconds to wait for the shards to exit after SIGTERM (they finish
     /// the calls in flight and any checkpoint being written) before SIGKILL.
-    #[arg(
-        long,
-        env = "COLONNADE_CLUSTER_STOP_TIMEOUT_SECS",
-        default_value_t = 30
-    )]
+    #[arg(long, env = "COLONNADE_TIMEOUT_SECS", default_value_t = 30)]
     pub timeout_secs: u64,
 }
 
 #[derive(clap::Args, Debug)]
 pub struct StatusArgs {
     /// Directory the cluster was started with (`cluster up --data-dir`).
-    #[arg(long, env = "COLONNADE_CLUSTER_DATA_DIR")]
+    #[arg(long, env = "COLONNADE_DATA_DIR")]
     pub data_dir: PathBuf,
 }
 
@@ -607,68 +605,6 @@ fn write_state(path: &Path, state: &State) -> anyhow::Result<()> {
     Ok(())
 }
 
-// ---------------------------------------------------------------- processes
-
-/// Whether `shard.pid` runs (not a zombie) and is the shard the state file
-/// names: `ps-shard` with that shard's `--data-dir` on its command line. A
-/// pid reused by another process is not.
-fn is_our_shard(shard: &ShardEntry) -> bool {
-    running(shard.pid) && cmdline_is_shard(shard.pid, &shard.data_dir)
-}
-
-/// Whether `pid` exists and has not exited (a zombie has).
-fn running(pid: u32) -> bool {
-    let Ok(stat) = fs_err::read_to_string(format!("/proc/{pid}/stat")) else {
-        return false;
-    };
-    // "pid (comm) S ...": the state follows the last ')'.
-    stat.rsplit_once(')')
-        .and_then(|(_, rest)| rest.split_whitespace().next())
-        .is_some_and(|state| state != "Z" && state != "X")
-}
-
-fn cmdline_is_shard(pid: u32, data_dir: &Path) -> bool {
-    let Ok(cmdline) = fs_err::read(format!("/proc/{pid}/cmdline")) else {
-        return false;
-    };
-    let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
-    let is_ps_shard = args.first().is_some_and(|a0| {
-        Path::new(OsStr::from_bytes(a0))
-            .file_name()
-            .is_some_and(|n| n.as_bytes().starts_with(b"ps-shard"))
-    });
-    let dir = data_dir.as_os_str().as_bytes();
-    let has_dir = args
-        .windows(2)
-        .any(|w| w[0] == b"--data-dir" && w[1] == dir)
-        || args.iter().any(|a| {
-            a.strip_prefix(b"--data-dir=".as_slice())
-                .is_some_and(|v| v == dir)
-        });
-    is_ps_shard && has_dir
-}
-
-/// Sends `sig` to process `pid` (> 1: never a process group or every process).
-#[allow(
-    unsafe_code,
-    reason = "kill(2): two integers in, no memory of this process touched"
-)]
-fn signal(pid: i32, sig: libc::c_int) -> std::io::Result<()> {
-    if pid <= 1 {
-        return Err(std::io::Error::other(format!(
-            "refusing to signal pid {pid}"
-        )));
-    }
-    // SAFETY: kill(2) reads and writes no memory of this process; pid > 1
-    // names one process, never a group (0, negative) or all (-1).
-    let rc = unsafe { libc::kill(pid, sig) };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
-}
-
 // ---------------------------------------------------------------- down
 
 async fn down(args: &DownArgs) -> anyhow::Result<()> {
@@ -823,53 +759,4 @@ async fn status(args: &StatusArgs) -> anyhow::Result<()> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn port_taken_is_read_from_the_log() {
-        assert!(port_taken(
-            "error: cannot listen on 127.0.0.1:5: Address already in use (os error 98)"
-        ));
-        assert!(!port_taken("error: --threads: invalid value"));
-    }
-
-    #[test]
-    fn a_state_file_with_a_pid_of_a_group_is_refused() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join(STATE_FILE);
-        let state = |pid: i64| {
-            format!(
-                r#"{{"started_at":"x","started_unix_secs":0,"ps_shard":"/p","shards_flag":"a",
-                "shards":[{{"pid":{pid},"endpoint":"a","data_dir":"/d","log":"/l"}}]}}"#
-            )
-        };
-        for pid in [0, 1] {
-            fs_err::write(&path, state(pid)).unwrap();
-            let e = read_state(&path).unwrap_err().to_string();
-            assert!(e.contains("cluster.json") && e.contains("pid"), "{e}");
-        }
-        fs_err::write(&path, state(-1)).unwrap();
-        assert!(read_state(&path).is_err());
-        fs_err::write(&path, "{").unwrap();
-        let e = format!("{:#}", read_state(&path).unwrap_err());
-        assert!(e.contains("cluster.json"), "{e}");
-        fs_err::write(&path, state(4242)).unwrap();
-        assert_eq!(read_state(&path).unwrap().unwrap().shards[0].pid, 4242);
-        assert!(read_state(&dir.path().join("none.json")).unwrap().is_none());
-    }
-
-    #[test]
-    fn a_pid_that_is_not_a_shard_is_not_ours() {
-        // This test process runs, but it is no ps-shard.
-        let me = ShardEntry {
-            pid: std::process::id(),
-            endpoint: "127.0.0.1:1".into(),
-            data_dir: "/nonexistent".into(),
-            log: "/nonexistent.log".into(),
-        };
-        assert!(running(me.pid));
-        assert!(!is_our_shard(&me));
-        assert!(signal(0, 0).is_err() && signal(1, 0).is_err() && signal(-1, 0).is_err());
-    }
-}
+mod tests;

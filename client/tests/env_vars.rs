@@ -33,6 +33,12 @@ const EXCEPTIONS: &[(&str, &str, &str, &str)] = &[
         "the Kubernetes ConfigMap sets this name; a bare COLONNADE_TIMEOUT_SECS would say nothing of health",
     ),
     (
+        "colonnade cluster up",
+        "shards",
+        "COLONNADE_CLUSTER_SHARDS",
+        "COLONNADE_SHARDS is the endpoint list train, export and models read; here it is a count",
+    ),
+    (
         "colonnade eval",
         "restrict",
         "COLONNADE_EVAL_RESTRICT",
