@@ -365,7 +365,7 @@ def test_models_drop_keeps_the_checkpoints_unless_asked_and_training_again_resum
     # Training the same model again resumes from its newest checkpoint: the
     # part was finished there, so the same vectors.
     res = run(args + ["--output", tmp_path / "second.h5"], timeout=300)
-    assert f"resuming from checkpoint version {versions[-1]}" in res.stderr, res.stderr
+    assert f"already trained to the end (checkpoint version {versions[-1]}" in res.stderr, res.stderr
     assert np.array_equal(vectors(tmp_path / "second.h5").view(np.uint32),
                           vectors(tmp_path / "first.h5").view(np.uint32))
     assert held() == [[fp], [fp]] and not any((d / "dropped").exists() for d in dirs)
