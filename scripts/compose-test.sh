@@ -291,7 +291,7 @@ refused() {
   log "shard-0 refuses a call $what: $(echo "$probe" | grep "$expect" | tail -1)"
 }
 refused "without the token" "bearer token" -e COLONNADE_AUTH_TOKEN_FILE= -e COLONNADE_SHARDS=https://shard-0:50051
-refused "in plaintext" "may serve TLS only" -e COLONNADE_TLS_CA= -e COLONNADE_TLS_CERT= -e COLONNADE_TLS_KEY= \
+refused "in plaintext" "probably serves TLS" -e COLONNADE_TLS_CA= -e COLONNADE_TLS_CERT= -e COLONNADE_TLS_KEY= \
   -e COLONNADE_SHARDS=shard-0:50051
 refused "without a client certificate" "client certificate" -e COLONNADE_TLS_CERT= -e COLONNADE_TLS_KEY= \
   -e COLONNADE_SHARDS=https://shard-0:50051
