@@ -277,7 +277,9 @@ async fn train_with_recovery(
 ) -> anyhow::Result<TrainSummary> {
     let start = Instant::now();
     let retry = Duration::from_secs(args.retry_timeout);
-    let record = Arc::new(RunRecord::of(args)?);
+    // Reads the first MiB of each input: off the async threads, as the
+    // corpus checks before it are.
+    let record = Arc::new(tokio::task::block_in_place(|| RunRecord::of(args))?);
     let worker = Worker {
         index: args.worker_index,
         count: args.num_workers,
