@@ -225,6 +225,16 @@ impl GrpcCheckpointer {
                     }
                     return Ok(());
                 }
+                Err(other) if other == version => {
+                    // The shards wait at this very version, but for another
+                    // barrier: of the same lineage (checked first), so of
+                    // another number of workers.
+                    return Err(WorkersMismatch {
+                        version,
+                        num_workers: self.num_workers,
+                    }
+                    .into());
+                }
                 Err(other) => version = other,
             }
         }
@@ -252,6 +262,29 @@ impl GrpcCheckpointer {
     }
 }
 
+/// The shards' barrier at a checkpoint version was opened by a worker
+/// started with another `--num-workers`: no checkpoint can be taken until
+/// every worker is started with the same.
+#[derive(Debug)]
+pub struct WorkersMismatch {
+    pub version: u64,
+    pub num_workers: u32,
+}
+
+impl std::fmt::Display for WorkersMismatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "checkpoint version {}: the shards' barrier was opened by a worker started with \
+             another --num-workers than this worker's {}; every worker of a model must be \
+             started with the same --num-workers (and its own --worker-index below it)",
+            self.version, self.num_workers
+        )
+    }
+}
+
+impl std::error::Error for WorkersMismatch {}
+
 impl GrpcCheckpointer {
     /// Another worker waits at a version this one has not taken.
     fn announced(&self) -> bool {
@@ -275,6 +308,9 @@ impl Checkpointer for GrpcCheckpointer {
 
     async fn take(&mut self, position: Position) {
         if let Err(e) = self.take_at(position, false, false).await {
+            if e.is::<WorkersMismatch>() {
+                tracing::error!(error = %format!("{e:#}"), "checkpoint not taken");
+            }
             tracing::warn!(error = %format!("{e:#}"), "checkpoint not taken; training goes on");
             self.announced.store(0, Relaxed);
             self.versions().last = Instant::now();

@@ -432,7 +432,7 @@ impl Cluster {
                         "{} ({}: {})",
                         shard.endpoint,
                         e.code(),
-                        e.message()
+                        colonnade_proto::shards::status_cause(&e)
                     )),
                 }
             }
@@ -600,7 +600,7 @@ impl Cluster {
             .await;
             for (s, r) in self.shards.iter().zip(results) {
                 if let Err(e) = r {
-                    tracing::warn!(shard = %s.endpoint, code = %e.code(), "restore failed: {}", e.message());
+                    tracing::warn!(shard = %s.endpoint, code = %e.code(), "restore failed: {}", colonnade_proto::shards::status_cause(&e));
                 }
             }
             restart = false;

@@ -228,7 +228,7 @@ pub fn run(args: &EncodeArgs) -> anyhow::Result<()> {
                 if text_tx.send_blocking(full).is_err() {
                     return Err(CorpusError::Io {
                         path: PathBuf::new(),
-                        source: std::io::Error::other("the encoding threads stopped"),
+                        error: std::io::Error::other("the encoding threads stopped"),
                     });
                 }
             }

@@ -55,6 +55,18 @@ pub async fn run_train(mut args: TrainArgs, connector: &Connector) -> anyhow::Re
         .or(remote.as_ref().map(Cluster::len))
         .unwrap_or(1);
     check_memory(&spec, shard_count, args.embedded_shards.is_some())?;
+    if args.out.any() {
+        // Known only now: refused before training if the files cannot fit.
+        let word_bytes = words.as_ref().map_or(vocab.len() as u64, |w| {
+            w.words().map(|w| w.len() as u64).sum()
+        });
+        colonnade_exporter::outputs::check_space(
+            &args.out,
+            vocab.len() as u64,
+            args.size,
+            word_bytes,
+        )?;
+    }
     let embedded = match args.embedded_shards {
         Some(n) => Some(
             EmbeddedCluster::start(n, threads)
@@ -110,9 +122,20 @@ pub async fn run_train(mut args: TrainArgs, connector: &Connector) -> anyhow::Re
                 Arc::default(),
                 NoCheckpoints,
             );
-            run.await
+            run.await.map(|summary| Trained {
+                summary,
+                final_checkpoint: None,
+            })
         }
         None => train_with_recovery(&args, &cluster, source, &params, &progress).await,
+    };
+    // The final checkpoint's failure costs no output: reported after them.
+    let (result, final_checkpoint) = match result {
+        Ok(Trained {
+            summary,
+            final_checkpoint,
+        }) => (Ok(summary), final_checkpoint),
+        Err(e) => (Err(e), None),
     };
     progress.finish();
     interrupts.writing();
@@ -159,7 +182,8 @@ pub async fn run_train(mut args: TrainArgs, connector: &Connector) -> anyhow::Re
     }
     if let Some(path) = &args.summary {
         let json = serde_json::to_string_pretty(&summary).context("summary")?;
-        fs_err::write(path, json).with_context(|| format!("cannot write {}", path.display()))?;
+        write_whole(path, json.as_bytes())
+            .with_context(|| format!("cannot write --summary {}", path.display()))?;
     }
     if let Some(e) = embedded {
         e.stop().await;
@@ -178,7 +202,62 @@ pub async fn run_train(mut args: TrainArgs, connector: &Connector) -> anyhow::Re
         ))
         .into());
     }
+    if let Some(e) = final_checkpoint {
+        let written = args.out.paths();
+        let outputs = if written.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " (the outputs were written: {})",
+                written
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        };
+        return Err(e.context(format!(
+            "the final checkpoint could not be taken{outputs}: the model is complete on the \
+             running shards, but the newest checkpoint on their disks is an earlier one"
+        )));
+    }
     Ok(summary)
+}
+
+/// Writes `bytes` to `path` whole or not at all (a temporary file beside
+/// it, renamed).
+fn write_whole(path: &std::path::Path, bytes: &[u8]) -> anyhow::Result<()> {
+    let staged = colonnade_formats::staged::Staged::new(path);
+    fs_err::write(staged.path(), bytes)?;
+    staged.commit()?;
+    Ok(())
+}
+
+/// What [`train_with_recovery`] trained, and why its final checkpoint
+/// failed, if it did: the outputs are written first, then that is reported.
+struct Trained {
+    summary: TrainSummary,
+    final_checkpoint: Option<anyhow::Error>,
+}
+
+/// Whether a failed final checkpoint may succeed when tried again: a shard
+/// unreachable, restarting or of another lineage may come back; a shard
+/// that keeps no checkpoints (started without --data-dir), could not write
+/// one (INTERNAL: a full disk) or refuses the request will answer the same.
+fn final_checkpoint_heals(e: &anyhow::Error) -> bool {
+    if e.is::<crate::checkpointer::WorkersMismatch>() {
+        return false;
+    }
+    match e.downcast_ref::<colonnade_proto::CallError>() {
+        Some(c) => {
+            recoverable(e)
+                && !matches!(
+                    c.code,
+                    tonic::Code::Internal | tonic::Code::FailedPrecondition
+                )
+        }
+        None => true,
+    }
 }
 
 /// Logs and prints what training did.
@@ -274,9 +353,10 @@ async fn train_with_recovery(
     source: Source,
     params: &TrainParams,
     progress: &Arc<Progress>,
-) -> anyhow::Result<TrainSummary> {
+) -> anyhow::Result<Trained> {
     let start = Instant::now();
     let retry = Duration::from_secs(args.retry_timeout);
+    let mut final_checkpoint = None;
     // Reads the first MiB of each input: off the async threads, as the
     // corpus checks before it are.
     let record = Arc::new(tokio::task::block_in_place(|| RunRecord::of(args))?);
@@ -396,22 +476,23 @@ async fn train_with_recovery(
                 let Err(e) = c.finish(position).await else {
                     break summary;
                 };
-                if e.downcast_ref::<colonnade_proto::CallError>()
-                    .is_some_and(|c| c.code == tonic::Code::Internal)
-                {
-                    // A shard could not write it (e.g. its disk is full):
-                    // the model is complete in the shards' memory; the
-                    // newest version on disk stays the one before.
-                    tracing::error!(error = %format!("{e:#}"), "the final checkpoint could not be written; the newest checkpoint on disk is an earlier one");
-                    eprintln!("warning: the final checkpoint could not be written ({e:#}); the model is complete on the running shards");
+                if !final_checkpoint_heals(&e) {
+                    // Asking again gets the same answer (a shard without
+                    // --data-dir, a full disk): the model is complete in
+                    // the shards' memory; the outputs are written, then
+                    // this is reported.
+                    tracing::error!(error = %format!("{e:#}"), "the final checkpoint could not be taken; the newest checkpoint on disk is an earlier one");
+                    final_checkpoint = Some(e);
                     break summary;
                 }
                 let giving_up = finish_deadline.get_or_insert_with(|| Instant::now() + retry);
                 if Instant::now() >= *giving_up {
-                    return Err(e.context(format!(
-                        "the final checkpoint could not be taken within --retry-timeout {}s",
+                    tracing::error!(error = %format!("{e:#}"), "the final checkpoint could not be taken within --retry-timeout");
+                    final_checkpoint = Some(e.context(format!(
+                        "not taken within --retry-timeout {}s",
                         args.retry_timeout
                     )));
+                    break summary;
                 }
                 tracing::warn!(error = %format!("{e:#}"), "the final checkpoint was not taken; reconciling and trying again");
                 tokio::time::sleep(Duration::from_secs(1)).await;
@@ -483,7 +564,10 @@ async fn train_with_recovery(
         summary.checkpoints = c.taken.load(Relaxed);
         summary.checkpoint_pause_max_seconds = f64::from_bits(c.pause_max.load(Relaxed));
     }
-    Ok(summary)
+    Ok(Trained {
+        summary,
+        final_checkpoint,
+    })
 }
 
 /// The summary of a worker whose part a checkpoint already records finished.

@@ -104,6 +104,12 @@ fn graph_source(
         .map(|(n, &c)| (n.clone(), c))
         .collect();
     let vocab = Vocab::from_pairs(pairs, max_vocab)?;
+    if let Some((name, why)) = vocab
+        .words()
+        .find_map(|w| colonnade_common::words::unwritable(w).map(|why| (w, why)))
+    {
+        bail!("--graph {}: node {name:?} {why}", path.display());
+    }
     if vocab.len() < 2 {
         bail!(
             "{}: {} node(s) occur at least --min-count {min_count} times in the walks; training needs at least 2",
@@ -140,7 +146,9 @@ fn graph_source(
 /// Writes the first epoch's walks, one per line, node ids by name.
 fn save_walks(source: &GraphSource, path: &std::path::Path) -> anyhow::Result<()> {
     use std::io::Write as _;
-    let file = fs_err::File::create(path)?;
+    // Whole or not at all: under a temporary name until written.
+    let staged = colonnade_formats::staged::Staged::new(path);
+    let file = fs_err::File::create(staged.path())?;
     let mut out = std::io::BufWriter::with_capacity(1 << 20, file);
     let names = source.graph.names();
     source
@@ -159,6 +167,10 @@ fn save_walks(source: &GraphSource, path: &std::path::Path) -> anyhow::Result<()
             },
         )
         .and_then(|_| out.flush())
+        .with_context(|| format!("cannot write --save-walks {}", path.display()))?;
+    drop(out);
+    staged
+        .commit()
         .with_context(|| format!("cannot write --save-walks {}", path.display()))?;
     Ok(())
 }

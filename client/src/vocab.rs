@@ -7,7 +7,7 @@ use crate::preflight::{available_memory, human_bytes};
 use colonnade_common::corpus::{InvalidUtf8, DEFAULT_MAX_SENTENCE};
 use colonnade_common::count::CountOptions;
 use colonnade_common::vocab::{Vocab, VocabWriter};
-use colonnade_common::words::WordTable;
+use colonnade_common::words::{unwritable, WordTable};
 use colonnade_exporter::outputs::{check_outputs, FlagPath};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -28,9 +28,12 @@ pub fn run_vocab(args: &VocabArgs) -> anyhow::Result<()> {
     let counted = count_corpus(&args.corpus, &args.count, args.invalid_utf8.into())?;
     let (tokens, spills) = (counted.tokens, counted.spills);
     let mut writer = VocabWriter::create(&args.output)?;
+    let mut bad = None;
     let stats = counted.vocabulary(args.min_count, args.max_vocab, |w, c| {
+        refuse_unwritable(w, &mut bad)?;
         writer.push(w, c).map_err(|e| e.to_string())
-    })?;
+    });
+    let stats = stats.map_err(|e| unwritable_in(&args.corpus, bad, e.into()))?;
     if stats.kept < 2 {
         return Err(too_few_words(stats.kept, stats.distinct, args.min_count));
     }
@@ -136,11 +139,14 @@ pub fn count_vocab(
     let tokens = counted.tokens;
     let mut words = WordTable::default();
     let mut counts = Vec::new();
+    let mut bad = None;
     let stats = counted.vocabulary(min_count, max_vocab, |w, c| {
+        refuse_unwritable(w, &mut bad)?;
         let _ = words.push(w);
         counts.push(c);
         Ok(())
-    })?;
+    });
+    let stats = stats.map_err(|e| unwritable_in(corpus, bad, e.into()))?;
     let vocab = Vocab::from_ordered(words, counts)?;
     if vocab.len() < 2 {
         return Err(too_few_words(vocab.len() as u64, stats.distinct, min_count));
@@ -153,4 +159,63 @@ pub fn count_vocab(
         "vocabulary built"
     );
     Ok((vocab, tokens))
+}
+
+/// Stops the vocabulary at a word no output could hold (a control
+/// character, [`unwritable`]), keeping it in `bad` for [`unwritable_in`].
+fn refuse_unwritable(word: &str, bad: &mut Option<(String, String)>) -> Result<(), String> {
+    match unwritable(word) {
+        None => Ok(()),
+        Some(why) => {
+            let msg = format!("word {word:?} {why}");
+            *bad = Some((word.to_owned(), why));
+            Err(msg)
+        }
+    }
+}
+
+/// The error of a vocabulary stopped by `bad`, naming the corpus file and
+/// line it first occurs on (read again: only on this error); `other` when
+/// the vocabulary stopped for another reason.
+fn unwritable_in(
+    corpus: &[PathBuf],
+    bad: Option<(String, String)>,
+    other: anyhow::Error,
+) -> anyhow::Error {
+    let Some((word, why)) = bad else {
+        return other;
+    };
+    let shown: String = word.chars().take(80).collect();
+    match first_occurrence(corpus, &word) {
+        Some((path, line)) => anyhow::anyhow!(
+            "--corpus {}:{line}: the word {shown:?} {why}",
+            path.display()
+        ),
+        None => anyhow::anyhow!("--corpus: the word {shown:?} {why}"),
+    }
+}
+
+/// The file and line (from 1) where `word` first occurs as a token of
+/// `corpus` (tokens split on ASCII whitespace, as the corpus reader does).
+fn first_occurrence(corpus: &[PathBuf], word: &str) -> Option<(PathBuf, u64)> {
+    use std::io::BufRead as _;
+    for path in corpus {
+        let mut reader = colonnade_common::corpus::open(path).ok()?;
+        let mut line = Vec::new();
+        let mut lineno = 0u64;
+        loop {
+            line.clear();
+            match reader.read_until(b'\n', &mut line) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => lineno += 1,
+            }
+            if line
+                .split(u8::is_ascii_whitespace)
+                .any(|t| t == word.as_bytes())
+            {
+                return Some((path.clone(), lineno));
+            }
+        }
+    }
+    None
 }

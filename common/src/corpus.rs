@@ -41,8 +41,10 @@ impl std::fmt::Display for InvalidUtf8 {
 
 #[derive(Debug, thiserror::Error)]
 pub enum CorpusError {
-    #[error("{path}: {source}")]
-    Io { path: PathBuf, source: io::Error },
+    /// The OS or decoder error is part of the message, not a source: a
+    /// report that prints the chain (`{:#}`) would say it twice.
+    #[error("{path}: {}", io_text(.error))]
+    Io { path: PathBuf, error: io::Error },
     #[error("{path}: invalid UTF-8 at line {line}, byte offset {offset}")]
     InvalidUtf8 {
         path: PathBuf,
@@ -55,6 +57,16 @@ pub enum CorpusError {
         format: &'static str,
         hint: &'static str,
     },
+}
+
+/// An I/O error reading a corpus, said as its cause: a compressed stream
+/// that stops early is a truncated file, whatever the decoder calls it.
+fn io_text(e: &io::Error) -> String {
+    if e.kind() == io::ErrorKind::UnexpectedEof {
+        format!("the file ends in the middle of its compressed data (truncated?): {e}")
+    } else {
+        e.to_string()
+    }
 }
 
 /// A file format recognised by its first bytes.
@@ -112,9 +124,9 @@ fn detect(magic: &[u8]) -> Format {
 /// [`detect`] recognises but cannot read, including a tar archive inside a
 /// compressed file.
 pub fn open(path: &Path) -> Result<Box<dyn BufRead + Send>, CorpusError> {
-    let io_err = |source: io::Error| CorpusError::Io {
+    let io_err = |error: io::Error| CorpusError::Io {
         path: path.to_path_buf(),
-        source,
+        error,
     };
     let unsupported = |format, hint| CorpusError::Unsupported {
         path: path.to_path_buf(),
@@ -367,10 +379,10 @@ impl SentenceReader {
                     break;
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(source) => {
+                Err(error) => {
                     return Err(CorpusError::Io {
                         path: self.path.clone(),
-                        source,
+                        error,
                     })
                 }
             }

@@ -337,6 +337,9 @@ impl Vocab {
                     quoted(word)
                 )));
             }
+            if let Some(why) = crate::words::unwritable(word) {
+                return Err(parse(format!("word {} {why}", quoted(word))));
+            }
             let count: u64 = count
                 .trim()
                 .parse()
@@ -410,11 +413,13 @@ impl Vocab {
 /// Writes a vocabulary file entry by entry, without holding it: the
 /// entries go to a temporary file beside it, and [`VocabWriter::finish`]
 /// writes the header (which needs their number and fingerprint) and then
-/// them. The caller gives them in Colonnade's order.
+/// them, under a temporary name renamed when complete. The caller gives
+/// them in Colonnade's order; a writer dropped unfinished leaves no file.
 pub struct VocabWriter {
     path: PathBuf,
     body_path: PathBuf,
-    body: BufWriter<fs_err::File>,
+    /// None once finished.
+    body: Option<BufWriter<fs_err::File>>,
     hasher: Xxh3,
     words: u64,
 }
@@ -431,7 +436,7 @@ impl VocabWriter {
         Ok(Self {
             path: path.to_path_buf(),
             body_path,
-            body: BufWriter::with_capacity(1 << 20, file),
+            body: Some(BufWriter::with_capacity(1 << 20, file)),
             hasher: Xxh3::new(),
             words: 0,
         })
@@ -442,43 +447,68 @@ impl VocabWriter {
         self.hasher.update(&[0xff]);
         self.hasher.update(&count.to_le_bytes());
         self.words += 1;
-        writeln!(self.body, "{word}\t{count}").map_err(|error| VocabError::Io {
-            path: self.body_path.clone(),
+        let body_path = &self.body_path;
+        let body = self.body.as_mut().ok_or_else(|| VocabError::Io {
+            path: body_path.clone(),
+            error: std::io::Error::other("the vocabulary writer has finished"),
+        })?;
+        writeln!(body, "{word}\t{count}").map_err(|error| VocabError::Io {
+            path: body_path.clone(),
             error,
         })
     }
 
     /// Writes the file: the header, then the entries. Returns the number of
     /// words and the fingerprint.
-    pub fn finish(self) -> Result<(u64, u64), VocabError> {
+    pub fn finish(mut self) -> Result<(u64, u64), VocabError> {
         let fingerprint = self.hasher.digest();
         let body_err = |error| VocabError::Io {
             path: self.body_path.clone(),
             error,
         };
-        let body = self
-            .body
-            .into_inner()
-            .map_err(|e| body_err(e.into_error()))?;
-        drop(body);
+        if let Some(body) = self.body.take() {
+            if let Err(e) = body.into_inner() {
+                let _ = fs_err::remove_file(&self.body_path);
+                return Err(body_err(e.into_error()));
+            }
+        }
         let out_err = |error| VocabError::Io {
             path: self.path.clone(),
             error,
         };
-        let file = fs_err::File::create(&self.path).map_err(out_err)?;
-        let mut out = BufWriter::with_capacity(1 << 20, file);
-        writeln!(
-            out,
-            "# colonnade vocabulary v1: word<TAB>count; {} words, fingerprint {fingerprint:016x}",
-            self.words
-        )
-        .map_err(out_err)?;
-        let mut entries = fs_err::File::open(&self.body_path).map_err(body_err)?;
-        std::io::copy(&mut entries, &mut out).map_err(out_err)?;
-        out.flush().map_err(out_err)?;
-        drop(entries);
-        fs_err::remove_file(&self.body_path).map_err(body_err)?;
+        // The whole file under a temporary name, renamed when complete: a
+        // full disk leaves no truncated vocabulary behind.
+        let mut name = std::ffi::OsString::from(".");
+        name.push(self.path.file_name().unwrap_or_default());
+        name.push(format!(".colonnade-tmp-{}", std::process::id()));
+        let staged = self.path.with_file_name(name);
+        let written = (|| {
+            let file = fs_err::File::create(&staged)?;
+            let mut out = BufWriter::with_capacity(1 << 20, file);
+            writeln!(
+                out,
+                "# colonnade vocabulary v1: word<TAB>count; {} words, fingerprint {fingerprint:016x}",
+                self.words
+            )?;
+            let mut entries = fs_err::File::open(&self.body_path)?;
+            std::io::copy(&mut entries, &mut out)?;
+            out.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+            fs_err::rename(&staged, &self.path)
+        })();
+        let _ = fs_err::remove_file(&self.body_path);
+        if let Err(e) = written {
+            let _ = fs_err::remove_file(&staged);
+            return Err(out_err(e));
+        }
         Ok((self.words, fingerprint))
+    }
+}
+
+impl Drop for VocabWriter {
+    fn drop(&mut self) {
+        if self.body.take().is_some() {
+            let _ = fs_err::remove_file(&self.body_path);
+        }
     }
 }
 
@@ -585,6 +615,9 @@ impl VocabReader {
                     "invalid word {}: empty or contains whitespace the corpus reader splits on",
                     quoted(word)
                 )));
+            }
+            if let Some(why) = crate::words::unwritable(word) {
+                return Err(self.error(format!("word {} {why}", quoted(word))));
             }
             let count: u64 = std::str::from_utf8(count)
                 .ok()

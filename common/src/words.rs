@@ -117,9 +117,41 @@ impl WordTable {
     }
 }
 
+/// Why `word` cannot be a vocabulary word, if it cannot: it holds a control
+/// character (Unicode category Cc: NUL, the C0 controls, DEL, the C1
+/// controls). The corpus reader splits only on ASCII whitespace, so such a
+/// word can be read, but HDF5 strings end at NUL and Python's `str.split`
+/// (gensim) splits on several of the others: every output would hold it
+/// wrong, or fail to be written after training.
+pub fn unwritable(word: &str) -> Option<String> {
+    let (at, c) = word.char_indices().find(|(_, c)| c.is_control())?;
+    let name = match c {
+        '\0' => " (NUL)",
+        '\x7f' => " (DEL)",
+        _ => "",
+    };
+    Some(format!(
+        "holds control character U+{:04X}{name} at byte {at}; words may hold any character but \
+         ASCII whitespace and control characters (remove them from the corpus first, e.g. \
+         `tr -d '\\000-\\010\\013\\016-\\037\\177'`)",
+        c as u32
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn control_characters_are_unwritable() {
+        assert_eq!(unwritable("naïve"), None);
+        assert_eq!(unwritable("#tag</s>"), None);
+        let e = unwritable("ab\0c").expect("NUL");
+        assert!(e.contains("U+0000 (NUL) at byte 2"), "{e}");
+        assert!(unwritable("a\x0bb").is_some(), "vertical tab");
+        assert!(unwritable("a\x7f").is_some(), "DEL");
+        assert!(unwritable("a\u{85}").is_some(), "C1 NEL");
+    }
 
     #[test]
     fn words_round_trip_by_id_and_by_word() {

@@ -1,7 +1,7 @@
 //! `colonnade-export` / `colonnade export`: export a model from running
 //! shards, or from their checkpoint directories with no shard running.
 
-use crate::outputs::{check_outputs, FlagPath};
+use crate::outputs::{check_outputs, check_space, FlagPath};
 use crate::{discover_model, export, model_provenance, Source, Wanted};
 use anyhow::bail;
 use colonnade_common::vocab::Vocab;
@@ -93,12 +93,14 @@ pub async fn run(args: ExportArgs, connector: &colonnade_setup::Connector) -> an
     check_outputs(&[FlagPath::new("--vocab", &args.vocab)], &args.out.paths())?;
     let vocab = Vocab::load(&args.vocab)
         .map_err(|e| anyhow::anyhow!(e.for_flag("--vocab", &args.vocab)))?;
+    let word_bytes = vocab.words().map(|w| w.len() as u64).sum();
     if !args.checkpoint.is_empty() {
         let dirs = args.checkpoint.clone();
         let model =
             tokio::task::spawn_blocking(move || crate::checkpoints::load(&dirs, fingerprint))
                 .await??;
         check_vocab(&args, &vocab, &model.spec)?;
+        check_space(&args.out, vocab.len() as u64, model.spec.dim, word_bytes)?;
         tracing::info!(
             version = model.version,
             fingerprint = format!("{:016x}", model.fingerprint),
@@ -140,6 +142,7 @@ pub async fn run(args: ExportArgs, connector: &colonnade_setup::Connector) -> an
         (found, _) => found?,
     };
     check_vocab(&args, &vocab, &spec)?;
+    check_space(&args.out, vocab.len() as u64, spec.dim, word_bytes)?;
     let provenance = model_provenance(&spec, fp, shards.len());
     let summary = export(
         Source::Shards(&mut shards),

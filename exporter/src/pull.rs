@@ -14,6 +14,7 @@ use colonnade_proto::decode_f32_into;
 use colonnade_proto::v1::{self, ModelStatus, PullRowsRequest, StatusRequest, StatusResponse};
 use colonnade_setup::{Connector, ShardClient};
 use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 /// Rows assembled per step.
 const BLOCK_ROWS: u64 = 16_384;
@@ -187,6 +188,16 @@ pub async fn discover_model(
                 endpoints.join(",")
             ),
         };
+        if !m.diverged.is_empty() {
+            bail!(
+                "shard {endpoint}: model {:016x}: training diverged on it ({}): its vectors \
+                 are not usable. Roll it back with the same `colonnade train` command and \
+                 --rollback (to the newest checkpoint every shard holds) or --restart, then \
+                 train and export again",
+                m.model_fingerprint,
+                m.diverged
+            );
+        }
         let spec = m
             .spec
             .as_ref()
@@ -255,61 +266,7 @@ impl Source<'_> {
                 out.clear();
                 out.resize(rows * dim, 0.0);
                 for shard in shards.iter_mut() {
-                    let cols = (shard.col_end - shard.col_start) as usize;
-                    let request = PullRowsRequest {
-                        model_fingerprint: fingerprint,
-                        matrix: v1::Matrix::from(matrix) as i32,
-                        row_start: start,
-                        row_end: end,
-                    };
-                    let mut stream = shard
-                        .client
-                        .pull_rows(request)
-                        .await
-                        .with_context(|| {
-                            format!(
-                                "shard {}: pull of rows [{start}, {end}) failed",
-                                shard.endpoint
-                            )
-                        })?
-                        .into_inner();
-                    let mut received = 0u64;
-                    let mut values = Vec::new();
-                    while let Some(block) = stream
-                        .message()
-                        .await
-                        .with_context(|| format!("shard {}: row stream broke", shard.endpoint))?
-                    {
-                        decode_f32_into("values", &block.values, &mut values)?;
-                        let n = block.rows as usize;
-                        if block.row_start != start + received
-                            || received + n as u64 > end - start
-                            || values.len() != n * cols
-                        {
-                            bail!(
-                                "shard {}: malformed row block (start {}, {} rows, {} values for {cols} columns)",
-                                shard.endpoint,
-                                block.row_start,
-                                n,
-                                values.len()
-                            );
-                        }
-                        let base = (block.row_start - start) as usize;
-                        place_columns(
-                            &mut out[base * dim..(base + n) * dim],
-                            dim,
-                            shard.col_start..shard.col_end,
-                            &values,
-                        );
-                        received += n as u64;
-                    }
-                    if received != end - start {
-                        bail!(
-                            "shard {}: sent {received} of {} rows",
-                            shard.endpoint,
-                            end - start
-                        );
-                    }
+                    pull_retrying(shard, fingerprint, matrix, start, end, dim, out).await?;
                 }
                 Ok(())
             }
@@ -326,6 +283,130 @@ impl Source<'_> {
             }
         }
     }
+}
+
+/// How long a pull refused for the shard's stream limit (RESOURCE_EXHAUSTED:
+/// other exporters' streams are open) is tried again before the export
+/// fails.
+pub const PULL_RETRY: Duration = Duration::from_secs(60);
+
+/// Pulls `shard`'s columns of rows [start, end) into the full rows `out`;
+/// while the shard refuses for its open-stream limit, backs off and tries
+/// again, up to [`PULL_RETRY`]. A diverged model is refused with what to do.
+async fn pull_retrying(
+    shard: &mut ShardHandle,
+    fingerprint: u64,
+    matrix: Matrix,
+    start: u64,
+    end: u64,
+    dim: usize,
+    out: &mut [f32],
+) -> anyhow::Result<()> {
+    let deadline = Instant::now() + PULL_RETRY;
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        let status = match pull_once(shard, fingerprint, matrix, start, end, dim, out).await {
+            Ok(()) => return Ok(()),
+            Err(Pulled::Failed(e)) => return Err(e),
+            Err(Pulled::Status(s)) => s,
+        };
+        let what = format!(
+            "shard {}: pull of rows [{start}, {end}) failed: {}: {}",
+            shard.endpoint,
+            status.code(),
+            colonnade_proto::shards::status_cause(&status)
+        );
+        if status.code() == tonic::Code::FailedPrecondition
+            && status
+                .message()
+                .starts_with(colonnade_proto::DIVERGED_PREFIX)
+        {
+            bail!(
+                "{what}\nmodel {fingerprint:016x} diverged while training: its vectors are not \
+                 usable. Roll it back with `colonnade train ... --rollback` (to the newest \
+                 checkpoint every shard holds) or --restart, then train and export again"
+            );
+        }
+        if status.code() != tonic::Code::ResourceExhausted {
+            bail!("{what}");
+        }
+        if Instant::now() + backoff > deadline {
+            bail!(
+                "{what}\nthe shard kept refusing for {PULL_RETRY:?}: other exports are \
+                 reading from it (or left streams unread); try again when they are done"
+            );
+        }
+        tracing::warn!(shard = %shard.endpoint, retry_in_ms = backoff.as_millis() as u64, "the shard has too many row streams open; retrying");
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_secs(2));
+    }
+}
+
+/// How one pull failed: a status the shard answered (which may be retried
+/// or explained), or anything else.
+enum Pulled {
+    Status(tonic::Status),
+    Failed(anyhow::Error),
+}
+
+/// One attempt of [`pull_retrying`].
+async fn pull_once(
+    shard: &mut ShardHandle,
+    fingerprint: u64,
+    matrix: Matrix,
+    start: u64,
+    end: u64,
+    dim: usize,
+    out: &mut [f32],
+) -> Result<(), Pulled> {
+    let cols = (shard.col_end - shard.col_start) as usize;
+    let request = PullRowsRequest {
+        model_fingerprint: fingerprint,
+        matrix: v1::Matrix::from(matrix) as i32,
+        row_start: start,
+        row_end: end,
+    };
+    let mut stream = shard
+        .client
+        .pull_rows(request)
+        .await
+        .map_err(Pulled::Status)?
+        .into_inner();
+    let mut received = 0u64;
+    let mut values = Vec::new();
+    while let Some(block) = stream.message().await.map_err(Pulled::Status)? {
+        decode_f32_into("values", &block.values, &mut values)
+            .map_err(|e| Pulled::Failed(e.into()))?;
+        let n = block.rows as usize;
+        if block.row_start != start + received
+            || received + n as u64 > end - start
+            || values.len() != n * cols
+        {
+            return Err(Pulled::Failed(anyhow::anyhow!(
+                "shard {}: malformed row block (start {}, {} rows, {} values for {cols} columns)",
+                shard.endpoint,
+                block.row_start,
+                n,
+                values.len()
+            )));
+        }
+        let base = (block.row_start - start) as usize;
+        place_columns(
+            &mut out[base * dim..(base + n) * dim],
+            dim,
+            shard.col_start..shard.col_end,
+            &values,
+        );
+        received += n as u64;
+    }
+    if received != end - start {
+        return Err(Pulled::Failed(anyhow::anyhow!(
+            "shard {}: sent {received} of {} rows",
+            shard.endpoint,
+            end - start
+        )));
+    }
+    Ok(())
 }
 
 /// Reads the model from `source` block by block and writes every file `out`

@@ -6,6 +6,7 @@
 //! (contiguous, or chunked and deflated), and the [`Provenance`] as root
 //! attributes.
 
+use crate::staged::Staged;
 use crate::{Error, MappedRows, Provenance, Rows};
 use hdf5::types::{TypeDescriptor, VarLenUnicode};
 use ndarray::{s, Array2, ArrayView2};
@@ -24,7 +25,11 @@ fn format_err(path: &Path, msg: String) -> Error {
     }
 }
 
+/// Writes an HDF5 file under a temporary name ([`Staged`]); it gets its
+/// name in [`Hdf5Writer::finish`], and a writer dropped before (a failed
+/// write) leaves nothing behind.
 pub struct Hdf5Writer {
+    /// The name the file will have, for messages.
     path: PathBuf,
     file: hdf5::File,
     vectors: hdf5::Dataset,
@@ -34,6 +39,8 @@ pub struct Hdf5Writer {
     words_written: usize,
     rows: usize,
     dim: usize,
+    /// Declared last: dropped after the HDF5 handles are closed.
+    staged: Staged,
 }
 
 fn matrix(
@@ -91,7 +98,8 @@ impl Hdf5Writer {
         compress: Option<u8>,
         provenance: &Provenance,
     ) -> Result<Self, Error> {
-        let file = hdf5::File::create(path).map_err(h5_err(path, "create"))?;
+        let staged = Staged::new(path);
+        let file = hdf5::File::create(staged.path()).map_err(h5_err(path, "create"))?;
         let rows = counts.len();
         let d = dim as usize;
         let vectors = matrix(&file, "vectors", rows, d, compress)
@@ -130,6 +138,7 @@ impl Hdf5Writer {
             words_written: 0,
             rows,
             dim: d,
+            staged,
         })
     }
 
@@ -206,7 +215,21 @@ impl Hdf5Writer {
             ));
         }
         self.file.flush().map_err(h5_err(&self.path, "flush"))?;
-        Ok(self.path)
+        let Self {
+            path,
+            file,
+            vectors,
+            output,
+            words,
+            staged,
+            ..
+        } = self;
+        drop((vectors, output, words));
+        file.close().map_err(h5_err(&path, "close"))?;
+        staged.commit().map_err(|e| match e {
+            Error::Io(io) => crate::out::in_file(&path, io),
+            other => other,
+        })
     }
 }
 

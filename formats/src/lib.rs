@@ -12,6 +12,9 @@
 //! whitespace-separated formats need no escaping; a writer given such a word
 //! refuses it. Every error names its file (file I/O goes through `fs-err`).
 //!
+//! Every file is written under a temporary name beside it and renamed when
+//! complete ([`staged`]): a write that fails leaves no partial file.
+//!
 //! This crate only turns rows into files and files into rows: it must never
 //! talk to shards, depend on the transport, or compute on the vectors.
 
@@ -19,6 +22,7 @@ pub mod h5;
 mod mapped;
 mod out;
 pub mod provenance;
+pub mod staged;
 pub mod tsv;
 mod vectors;
 pub mod word2vec;

@@ -6,7 +6,7 @@
 //! contain ASCII whitespace (tabs and newlines included), so no escaping is
 //! needed; a word that does is refused.
 
-use crate::out::{check_word, Out};
+use crate::out::{check_word, in_file, Out};
 use crate::Error;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -28,17 +28,25 @@ impl ProjectorWriter {
     pub fn write(&mut self, word: &str, row: &[f32]) -> Result<(), Error> {
         if let Some(o) = self.metadata.as_mut() {
             check_word(word, &o.path)?;
-            o.w.write_all(word.as_bytes())?;
-            o.w.write_all(b"\n")?;
+            let w = &mut o.w;
+            (|| {
+                w.write_all(word.as_bytes())?;
+                w.write_all(b"\n")
+            })()
+            .map_err(|e| in_file(&o.path, e))?;
         }
         if let Some(o) = self.vectors.as_mut() {
-            for (i, x) in row.iter().enumerate() {
-                if i > 0 {
-                    o.w.write_all(b"\t")?;
+            let w = &mut o.w;
+            (|| {
+                for (i, x) in row.iter().enumerate() {
+                    if i > 0 {
+                        w.write_all(b"\t")?;
+                    }
+                    write!(w, "{x}")?;
                 }
-                write!(o.w, "{x}")?;
-            }
-            o.w.write_all(b"\n")?;
+                w.write_all(b"\n")
+            })()
+            .map_err(|e| in_file(&o.path, e))?;
         }
         Ok(())
     }

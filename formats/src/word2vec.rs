@@ -9,7 +9,7 @@
 //! Reading tells text from binary by the first record: it is text when it
 //! parses as a text line with D numbers.
 
-use crate::out::{check_word, Out};
+use crate::out::{check_word, in_file, Out};
 use crate::{Error, Format};
 use ndarray::Array2;
 use rayon::prelude::*;
@@ -35,29 +35,31 @@ impl Word2vecWriter {
     /// Creates the file and writes its header for `vocab` rows of `dim` values.
     pub fn create(path: &Path, encoding: Encoding, vocab: u64, dim: u32) -> Result<Self, Error> {
         let mut out = Out::create(path)?;
-        writeln!(out.w, "{vocab} {dim}")?;
+        writeln!(out.w, "{vocab} {dim}").map_err(|e| in_file(path, e))?;
         Ok(Self { out, encoding })
     }
 
     pub fn write(&mut self, word: &str, row: &[f32]) -> Result<(), Error> {
         check_word(word, &self.out.path)?;
         let w = &mut self.out.w;
-        w.write_all(word.as_bytes())?;
-        match self.encoding {
-            Encoding::Text => {
-                for x in row {
-                    write!(w, " {x}")?;
+        let written = (|| {
+            w.write_all(word.as_bytes())?;
+            match self.encoding {
+                Encoding::Text => {
+                    for x in row {
+                        write!(w, " {x}")?;
+                    }
+                }
+                Encoding::Binary => {
+                    w.write_all(b" ")?;
+                    for x in row {
+                        w.write_all(&x.to_le_bytes())?;
+                    }
                 }
             }
-            Encoding::Binary => {
-                w.write_all(b" ")?;
-                for x in row {
-                    w.write_all(&x.to_le_bytes())?;
-                }
-            }
-        }
-        w.write_all(b"\n")?;
-        Ok(())
+            w.write_all(b"\n")
+        })();
+        written.map_err(|e| in_file(&self.out.path, e))
     }
 
     pub fn finish(self) -> Result<PathBuf, Error> {

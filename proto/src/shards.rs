@@ -26,6 +26,34 @@ pub struct CallError {
 /// FAILED_PRECONDITION): [`CallError::is_divergence`] knows it by this.
 pub const DIVERGED_PREFIX: &str = "training diverged: ";
 
+/// What a status says went wrong: its message, then the causes a failed
+/// connection carries (tonic's bare "transport error" names none), each
+/// said once.
+pub fn status_cause(status: &tonic::Status) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    if !status.message().is_empty() {
+        parts.push(status.message().to_string());
+    }
+    let mut source = std::error::Error::source(status);
+    while let Some(e) = source {
+        let text = e.to_string();
+        if !parts.iter().any(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+        source = e.source();
+    }
+    if parts.is_empty() {
+        return "no message".into();
+    }
+    let text = parts.join(": ");
+    if status.code() == tonic::Code::Unknown && std::error::Error::source(status).is_some() {
+        // No answer from the shard at all: the connection failed.
+        format!("the connection to the shard failed: {text}")
+    } else {
+        text
+    }
+}
+
 impl CallError {
     /// Whether the shard refused the call because training diverged on its
     /// model: nothing a retry or a reconcile mends.
@@ -41,8 +69,14 @@ impl CallError {
         call: &'static str,
         status: &tonic::Status,
     ) -> Self {
-        let message = status.message().to_string();
-        Self::new(name, index, count, call, status.code(), message)
+        Self::new(
+            name,
+            index,
+            count,
+            call,
+            status.code(),
+            status_cause(status),
+        )
     }
 
     fn new(

@@ -110,8 +110,18 @@ impl Connector {
     ) -> Result<(), ConnectError> {
         let mut health = tonic_health::pb::health_client::HealthClient::new(channel);
         let mut request = tonic::Request::new(tonic_health::pb::HealthCheckRequest::default());
-        request.set_timeout(std::time::Duration::from_secs(10));
-        match health.check(request).await {
+        request.set_timeout(VERIFY_TIMEOUT);
+        // The request's timeout is the server's to keep: a stopped shard
+        // keeps none, so this side bounds the wait too.
+        let answer = tokio::time::timeout(VERIFY_TIMEOUT, health.check(request)).await;
+        let Ok(answer) = answer else {
+            return Err(ConnectError {
+                endpoint: endpoint.to_string(),
+                reason: no_answer(VERIFY_TIMEOUT),
+                permanent: false,
+            });
+        };
+        match answer {
             Ok(_) => Ok(()),
             // A gRPC server without the health service still answers.
             Err(status) if status.code() == tonic::Code::Unimplemented => Ok(()),
@@ -127,6 +137,13 @@ impl Connector {
     /// permanent.
     pub fn first_call_failed(&self, endpoint: &str, status: &tonic::Status) -> ConnectError {
         let mut e = ConnectError::new(endpoint, status_text(status));
+        if is_timeout(status, &e.reason) {
+            // The shard took the connection and then said nothing: stopped
+            // or hung, not a TLS mismatch (which fails at once).
+            e.reason = format!("{}: {}", no_answer(KEEPALIVE * 2), e.reason);
+            e.permanent = false;
+            return e;
+        }
         if std::error::Error::source(status).is_some() && !e.permanent {
             let hint = if !is_https(endpoint) {
                 PLAINTEXT_TO_TLS
@@ -142,6 +159,28 @@ impl Connector {
         }
         e
     }
+}
+
+/// How long a new channel's first call (a health check) may wait.
+const VERIFY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The reason given for a shard that accepted a connection and did not
+/// answer on it within `waited`.
+fn no_answer(waited: std::time::Duration) -> String {
+    format!(
+        "the shard accepted the connection but did not answer within {waited:?}: it is \
+         stopped (SIGSTOP), hung or overloaded"
+    )
+}
+
+/// Whether a failed first call timed out (a deadline, or the HTTP/2
+/// keep-alive ping unanswered), rather than failing on what came back.
+fn is_timeout(status: &tonic::Status, text: &str) -> bool {
+    let t = text.to_ascii_lowercase();
+    matches!(status.code(), tonic::Code::DeadlineExceeded)
+        || t.contains("timed out")
+        || t.contains("timeout expired")
+        || t.contains("keep-alive")
 }
 
 /// What a plaintext connection that the shard closed, or answered with
