@@ -15,8 +15,10 @@
 //! model in a data dir (barrier, crash-safe versions, restore, load at
 //! start-up) and [`registry`] the models a shard holds, with their
 //! checkpoints; [`service`] is the thin tonic adapter (which pairs a
-//! `dotprod` with its `adjust`), [`server`] wires it with health checks, TLS,
-//! the connection limits of [`connections`] and [`observe`]'s metrics;
+//! `dotprod` with its `adjust`; [`work`] bounds a call's CPU work),
+//! [`server`] wires it with health checks, TLS, the connection limits of
+//! [`connections`], the admission before decoding of [`edge`] and
+//! [`observe`]'s metrics;
 //! [`in_process`] reaches a model's shards in this process through the same
 //! boundary trait the client uses over gRPC, and [`embedded`] starts the
 //! shards of a client process.
@@ -28,6 +30,7 @@
 
 pub mod checkpoints;
 pub mod connections;
+pub mod edge;
 pub mod embedded;
 #[cfg(test)]
 mod fixture;
@@ -42,6 +45,7 @@ pub mod server;
 pub mod service;
 pub mod stale;
 pub mod whole;
+pub mod work;
 
 pub use crate::embedded::EmbeddedCluster;
 pub use crate::hogwild::Siblings;

@@ -1,5 +1,7 @@
 use anyhow::Context;
 use clap::Parser;
+use colonnade_ps_shard::connections::ConnectionLimits;
+use colonnade_ps_shard::edge::EdgeLimits;
 use colonnade_ps_shard::{serve, ServeOptions, ShardCore};
 use colonnade_setup::Tokens;
 use std::net::SocketAddr;
@@ -70,7 +72,7 @@ struct Args {
     #[arg(long, env = "COLONNADE_METRICS_LISTEN")]
     metrics_listen: Option<SocketAddr>,
     /// Close a client connection that has had no call in flight for this
-    /// many seconds (0: never), so that idle clients do not hold the 512
+    /// many seconds (0: never), so that idle clients do not hold the
     /// connection slots; a client's next call reconnects.
     #[arg(
         long,
@@ -78,6 +80,32 @@ struct Args {
         default_value_t = 300
     )]
     max_connection_idle_secs: u64,
+    /// Most connections the shard's port keeps open at once. When all are
+    /// taken, a new connection displaces the oldest one that has not made
+    /// a call with the cluster token (health probes, half-open handshakes);
+    /// when every one has, the new connection is closed at once.
+    #[arg(long, env = "COLONNADE_MAX_CONNECTIONS", default_value_t = colonnade_ps_shard::connections::MAX_CONNECTIONS)]
+    max_connections: usize,
+    /// Close a new connection that has not started a call within this many
+    /// seconds (TLS handshake, HTTP/2 preface, first request's headers).
+    #[arg(long, env = "COLONNADE_HANDSHAKE_TIMEOUT_SECS", default_value_t = 10.0)]
+    handshake_timeout_secs: f64,
+    /// Most bytes of requests being received or served at once: a request
+    /// that would pass it is refused with RESOURCE_EXHAUSTED before it is
+    /// decoded (CreateModel's counts are bounded by --max-model-bytes).
+    #[arg(long, env = "COLONNADE_MAX_REQUEST_BYTES_IN_FLIGHT", default_value_t = colonnade_ps_shard::edge::MAX_REQUEST_BYTES_IN_FLIGHT as u64)]
+    max_request_bytes_in_flight: u64,
+    /// Fail a request that sends nothing for this many seconds before it is
+    /// complete (DEADLINE_EXCEEDED), e.g. a CreateModel stream that stops
+    /// after its first message: its memory reservation is given back.
+    #[arg(long, env = "COLONNADE_REQUEST_STALL_SECS", default_value_t = 30.0)]
+    request_stall_secs: f64,
+    /// Most work one Dotprod or Adjust may ask, in multiply-adds (examples
+    /// × (1 + negative) × the shard's columns); more is refused with
+    /// RESOURCE_EXHAUSTED. The default, 2^34 (about 0.6 CPU-s), is 4× a
+    /// worker's default call at the largest dimension on one shard.
+    #[arg(long, env = "COLONNADE_MAX_CALL_WORK", default_value_t = colonnade_ps_shard::work::MAX_CALL_WORK)]
+    max_call_work: u64,
     /// Health says NOT_SERVING when a probe of the compute threads (an
     /// empty job queued like every training call) waits longer than this
     /// many seconds, and SERVING again once one gets through.
@@ -103,10 +131,16 @@ async fn run(args: Args) -> anyhow::Result<()> {
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, std::num::NonZero::get));
     let max_model_bytes = args.max_model_bytes.unwrap_or_else(default_budget);
-    if !(args.health_stall_secs > 0.0 && args.health_stall_secs.is_finite()) {
+    let handshake = positive_secs("--handshake-timeout-secs", args.handshake_timeout_secs)?;
+    let request_stall = positive_secs("--request-stall-secs", args.request_stall_secs)?;
+    let health_stall = positive_secs("--health-stall-secs", args.health_stall_secs)?;
+    if args.max_connections == 0 {
+        anyhow::bail!("--max-connections must be at least 1");
+    }
+    if args.max_request_bytes_in_flight < 1 << 20 {
         anyhow::bail!(
-            "--health-stall-secs {}: must be a positive number of seconds",
-            args.health_stall_secs
+            "--max-request-bytes-in-flight {}: at least 1 MiB (1048576), or no worker's call fits",
+            args.max_request_bytes_in_flight
         );
     }
     let tokens = Tokens {
@@ -181,10 +215,12 @@ async fn run(args: Args) -> anyhow::Result<()> {
         data_dir = args.data_dir.as_deref().map(|d| tracing::field::display(d.display())),
         "ps-shard serving"
     );
-    let core = Arc::new(match args.data_dir {
+    let mut core = match args.data_dir {
         Some(dir) => ShardCore::persistent(Some(max_model_bytes), dir),
         None => ShardCore::new(Some(max_model_bytes)),
-    });
+    };
+    core.max_call_work = args.max_call_work;
+    let core = Arc::new(core);
     let (failed_tx, failed_rx) = tokio::sync::oneshot::channel::<anyhow::Error>();
     if core.is_loading() {
         let core = Arc::clone(&core);
@@ -209,9 +245,17 @@ async fn run(args: Args) -> anyhow::Result<()> {
         tokens,
         tls,
         health,
-        max_connection_idle: (args.max_connection_idle_secs > 0)
-            .then(|| Duration::from_secs(args.max_connection_idle_secs)),
-        probe_stall: Some(Duration::from_secs_f64(args.health_stall_secs)),
+        connections: ConnectionLimits {
+            max: args.max_connections,
+            max_idle: (args.max_connection_idle_secs > 0)
+                .then(|| Duration::from_secs(args.max_connection_idle_secs)),
+            handshake,
+        },
+        edge: EdgeLimits {
+            request_bytes: usize::try_from(args.max_request_bytes_in_flight).unwrap_or(usize::MAX),
+            request_stall,
+        },
+        probe_stall: Some(health_stall),
     };
     let server = tokio::spawn(serve(listener, Arc::clone(&core), options, async move {
         let _ = stop_rx.await;
@@ -240,6 +284,14 @@ async fn run(args: Args) -> anyhow::Result<()> {
     }
     tracing::info!("ps-shard stopped");
     Ok(())
+}
+
+/// `secs` of `flag` as a duration, refused unless positive and finite.
+fn positive_secs(flag: &str, secs: f64) -> anyhow::Result<Duration> {
+    if !(secs > 0.0 && secs.is_finite() && secs < 1e9) {
+        anyhow::bail!("{flag} {secs}: must be a positive number of seconds");
+    }
+    Ok(Duration::from_secs_f64(secs))
 }
 
 /// 90 % of the memory this process may use: its cgroup's limit when it has

@@ -20,7 +20,6 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 
 /// All models this shard holds, keyed by fingerprint.
-#[derive(Default)]
 pub struct ShardCore {
     models: DashMap<u64, Arc<Model>>,
     /// The memory budget of all models together ([`crate::hogwild::held_bytes`]
@@ -37,6 +36,24 @@ pub struct ShardCore {
     /// The other shards of this process, whose models' rows this shard's
     /// share (an embedded cluster: [`Siblings`]).
     siblings: Option<Arc<Siblings>>,
+    /// Most work one training call may ask ([`crate::work`],
+    /// `--max-call-work`).
+    pub max_call_work: u64,
+}
+
+impl Default for ShardCore {
+    fn default() -> Self {
+        Self {
+            models: DashMap::default(),
+            max_model_bytes: None,
+            reserved: Arc::default(),
+            data_dir: None,
+            checkpoints: DashMap::default(),
+            loading: AtomicBool::default(),
+            siblings: None,
+            max_call_work: crate::work::MAX_CALL_WORK,
+        }
+    }
 }
 
 /// What [`ShardCore::admit`] decided.

@@ -1,6 +1,9 @@
-//! Serving a [`ShardCore`] over gRPC with grpc.health.v1 beside it.
+//! Serving a [`ShardCore`] over gRPC with grpc.health.v1 beside it, behind
+//! the connection limits of [`crate::connections`] and the admission of
+//! [`crate::edge`].
 
-use crate::connections::{limited_incoming, MAX_CONNECTIONS};
+use crate::connections::{limited_incoming, ConnectionLimits, MAX_HEALTH_CONNECTIONS};
+use crate::edge::{EdgeLayer, EdgeLimits};
 use crate::registry::ShardCore;
 use crate::service::ShardService;
 use colonnade_proto::v1::shard_server::ShardServer;
@@ -14,6 +17,11 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
 
+/// How long calls in flight may take to finish once shutdown begins; then
+/// their connections are closed. (Streams, `Watch` and `PullRows`, end at
+/// once.)
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
+
 /// How a shard serves its core, beside the listener.
 #[derive(Default)]
 pub struct ServeOptions {
@@ -26,12 +34,15 @@ pub struct ServeOptions {
     pub tls: Option<tonic::transport::ServerTlsConfig>,
     /// A second listener, always plaintext, that serves only grpc.health.v1:
     /// for probes that cannot speak TLS (Kubernetes' gRPC probes). It tells
-    /// whether the shard serves, nothing else.
+    /// whether the shard serves, nothing else. It keeps at most
+    /// [`MAX_HEALTH_CONNECTIONS`] connections.
     pub health: Option<TcpListener>,
-    /// A connection with no call in flight for this long is closed (gRPC's
-    /// MAX_CONNECTION_IDLE): idle clients do not hold the
-    /// [`MAX_CONNECTIONS`] slots. None: never.
-    pub max_connection_idle: Option<Duration>,
+    /// The limits of the shard port's connections (`max_idle`: gRPC's
+    /// MAX_CONNECTION_IDLE, so that idle clients do not hold the slots).
+    pub connections: ConnectionLimits,
+    /// Admission before decoding: bytes of requests in flight, request
+    /// stalls.
+    pub edge: EdgeLimits,
     /// How long a probe of the compute threads may wait before health says
     /// NOT_SERVING (default [`PROBE_STALL`]).
     pub probe_stall: Option<Duration>,
@@ -42,7 +53,8 @@ pub struct ServeOptions {
 /// counted and timed (`colonnade_shard_calls_total`,
 /// `colonnade_shard_call_seconds`). Health says NOT_SERVING while the data
 /// dir loads, while the shard's compute threads do not answer
-/// ([`watch_compute`]) and once shutdown begins.
+/// ([`watch_compute`]) and once shutdown begins; then open streams end,
+/// and calls in flight have [`SHUTDOWN_GRACE`] to finish.
 pub async fn serve(
     listener: TcpListener,
     core: Arc<ShardCore>,
@@ -54,16 +66,18 @@ pub async fn serve(
         tokens,
         tls,
         health: health_listener,
-        max_connection_idle,
+        connections,
+        edge,
         probe_stall,
     } = options;
     let (reporter, health) = tonic_health::server::health_reporter();
     reporter
         .set_not_serving::<ShardServer<ShardService>>()
         .await;
-    let interceptor = tokens.clone().interceptor();
-    let service = ShardService::new(Arc::clone(&core), threads).with_tokens(tokens);
+    let interceptor = trusting(tokens.clone().interceptor());
     let (stopping_tx, stopping) = tokio::sync::watch::channel(false);
+    let edge = EdgeLayer::new(edge, stopping.clone(), tokens.clone());
+    let service = ShardService::new(Arc::clone(&core), threads).with_tokens(tokens);
     let watchdog = tokio::spawn(watch_compute(
         service.probe(),
         core,
@@ -93,12 +107,17 @@ pub async fn serve(
     };
     let health_server = health_listener.map(|l| {
         let mut stopping = stopping.clone();
+        let limits = ConnectionLimits {
+            max: MAX_HEALTH_CONNECTIONS.min(connections.max),
+            ..connections
+        };
         tokio::spawn(
             tonic::transport::Server::builder()
                 .layer(crate::observe::CallLayer)
+                .layer(edge.sibling())
                 .add_service(health.clone())
                 .serve_with_incoming_shutdown(
-                    limited_incoming(l, MAX_CONNECTIONS, max_connection_idle),
+                    limited_incoming(l, limits, stopping.clone()),
                     async move {
                         let _ = stopping.wait_for(|s| *s).await;
                     },
@@ -111,18 +130,61 @@ pub async fn serve(
         .initial_connection_window_size(HTTP2_CONNECTION_WINDOW)
         .max_frame_size(HTTP2_MAX_FRAME)
         .layer(crate::observe::CallLayer)
+        .layer(edge)
         .add_service(health)
         .add_service(shard)
         .serve_with_incoming_shutdown(
-            limited_incoming(listener, MAX_CONNECTIONS, max_connection_idle),
+            limited_incoming(listener, connections, stopping.clone()),
             shutdown,
-        )
-        .await;
+        );
+    let mut stopped = stopping.clone();
+    let served = tokio::select! {
+        served = served => served,
+        () = async move {
+            let _ = stopped.wait_for(|s| *s).await;
+            tokio::time::sleep(SHUTDOWN_GRACE).await;
+        } => {
+            tracing::warn!(
+                grace_secs = SHUTDOWN_GRACE.as_secs(),
+                "calls still in flight {} s after shutdown began: closing their connections",
+                SHUTDOWN_GRACE.as_secs()
+            );
+            Ok(())
+        }
+    };
     watchdog.abort();
     if let Some(h) = health_server {
         h.abort();
     }
     served
+}
+
+/// The cluster-token check `check`, marking the connection of each call
+/// that passes it as trusted: it keeps its slot when the port is full
+/// ([`crate::connections`]).
+fn trusting(
+    mut check: impl FnMut(tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status>
+        + Clone
+        + Send
+        + Sync
+        + 'static,
+) -> impl FnMut(tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status>
+       + Clone
+       + Send
+       + Sync
+       + 'static {
+    move |request| {
+        let request = check(request)?;
+        let ext = request.extensions();
+        let info = ext.get::<crate::connections::SlotInfo>().or_else(|| {
+            ext.get::<tonic::transport::server::TlsConnectInfo<crate::connections::SlotInfo>>()
+                .map(tonic::transport::server::TlsConnectInfo::get_ref)
+        });
+        if let Some(info) = info {
+            info.activity.trust();
+        }
+        Ok(request)
+    }
 }
 
 /// How often [`watch_compute`] sends a probe through the compute threads.

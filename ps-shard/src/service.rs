@@ -17,7 +17,7 @@ use colonnade_proto::v1::{
     StatusRequest, StatusResponse,
 };
 use colonnade_proto::{decode_f16_scaled_into, decode_u64, encode_f32};
-use colonnade_proto::{matrix_from_wire, Minibatch, ShardError, MAX_CALL_DOTS};
+use colonnade_proto::{matrix_from_wire, Minibatch, ShardError};
 use colonnade_setup::{Scope, Tokens};
 use futures::Stream;
 use std::cell::RefCell;
@@ -43,7 +43,7 @@ const PULL_STALL: std::time::Duration = std::time::Duration::from_secs(600);
 /// are dropped when a new one would pass it), and at most this many more
 /// wait, spent, to be drawn into again. A 256-input minibatch's plan takes
 /// ~250 KB, so hundreds of minibatches in flight fit; a call's worth is
-/// bounded by [`MAX_CALL_DOTS`] (~120 MB of plan).
+/// bounded by [`colonnade_proto::MAX_CALL_DOTS`] (~120 MB of plan).
 pub const PLAN_CACHE_BYTES: usize = 256 << 20;
 
 /// Names a call's plan: its model and lineage, the seed of its first
@@ -320,13 +320,7 @@ fn decode_call(
             }
         };
         dots += mb.examples() as u64 * (1 + u64::from(m.spec.model.negative));
-        if dots > MAX_CALL_DOTS {
-            return Err(ShardError::ResourceExhausted(format!(
-                "field `minibatches`: the call's minibatches (through minibatch {i}) ask for \
-                 {dots} dot products (examples × (1 + negative)), more than {MAX_CALL_DOTS} per \
-                 call; send fewer or smaller minibatches per call"
-            )));
-        }
+        crate::work::check(dots, &m, i, core.max_call_work)?;
     }
     let (model, lineage) = model.ok_or_else(|| ShardError::Internal("no minibatch".into()))?;
     let key = CallKey {
