@@ -326,6 +326,8 @@ impl Checkpoints {
         a: Arrival,
     ) -> Result<Arrived, ShardError> {
         model.check_lineage(a.lineage)?;
+        // A diverged state is never kept as a version to roll back to.
+        model.check_trainable()?;
         if a.version == 0 || a.num_workers == 0 || a.worker >= a.num_workers {
             return Err(ShardError::InvalidArgument(format!(
                 "fields `version`/`worker_index`/`num_workers`: version {} worker {} of {}",

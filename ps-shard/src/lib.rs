@@ -9,7 +9,8 @@
 //! argument; the shards of one process may keep a model's slices side by
 //! side in one allocation, [`Siblings`]); [`plan`] draws and groups a
 //! minibatch's targets, and [`stale`] counts the dot products of calls in
-//! flight per row; [`loops`] are the SIMD loops over a plan; [`model`]
+//! flight per row; [`loops`] are the SIMD loops over a plan, which with
+//! [`finite`] keep every value finite; [`model`]
 //! is one model's slice and its operations, [`whole`] the shards of a model
 //! holding whole vectors and their fused step; [`checkpoints`] keeps a
 //! model in a data dir (barrier, crash-safe versions, restore, load at
@@ -32,6 +33,7 @@ pub mod checkpoints;
 pub mod connections;
 pub mod edge;
 pub mod embedded;
+pub mod finite;
 #[cfg(test)]
 mod fixture;
 pub mod hogwild;

@@ -14,6 +14,7 @@
     reason = "the AVX and AVX-512 kernels, chosen only in clones compiled for them"
 )]
 
+use crate::finite::MAX_VALUE_BITS;
 use crate::hogwild::HogwildMatrix;
 use crate::plan::row_step_scale;
 use crate::stale::Pending;
@@ -24,6 +25,34 @@ use colonnade_common::sgns::applied_weight;
 use multiversion::multiversion;
 use multiversion::target::match_target;
 use std::sync::atomic::AtomicU32;
+
+/// The largest |value| of `row + s·d`, as f32 bits (NaN above any finite
+/// value and ∞): each value computed as [`axpy_kernel`] does, mul then add.
+///
+/// [`axpy_kernel`]: colonnade_common::kernels::axpy_kernel
+#[inline(always)]
+fn max_bits_after(row: &[f32], s: f32, d: &[f32]) -> u32 {
+    let mut m = 0u32;
+    for (r, d) in row.iter().zip(d) {
+        m = m.max((r + s * d).to_bits() & 0x7fff_ffff);
+    }
+    m
+}
+
+/// row += s·d (mul then add, as [`colonnade_common::kernels::axpy_kernel`]:
+/// the same bits), unless a value would pass [`MAX_VALUE_BITS`]: then the
+/// row stays as it was. `written` keeps the largest |value| seen (as bits;
+/// above [`MAX_VALUE_BITS`] when a row was left unwritten).
+#[inline(always)]
+fn add_guarded(row: &mut [f32], s: f32, d: &[f32], written: &mut u32) {
+    let m = max_bits_after(row, s, d);
+    *written = (*written).max(m);
+    if m <= MAX_VALUE_BITS {
+        for (r, d) in row.iter_mut().zip(d) {
+            *r += s * d;
+        }
+    }
+}
 
 /// How many rows ahead of use the loops prefetch (hides cache-miss latency on
 /// the random rows of negatives and context words).
@@ -217,6 +246,8 @@ pub(crate) struct Steps<'a> {
     pub u_delta: &'a mut [f32],
     /// Scratch: one output row's accumulated Δv.
     pub v_delta: &'a mut [f32],
+    /// Out: the largest |value| written, as f32 bits (see [`add_guarded`]).
+    pub written: &'a mut u32,
 }
 
 /// The updates of a validated minibatch (see [`crate::model::Model::adjust`]).
@@ -245,6 +276,7 @@ fn adjust_body<K: Simd, const N: usize>(k: K, work: Work<'_>, steps: Steps<'_>) 
         pending,
         u_delta,
         v_delta,
+        written,
     } = steps;
     read_input_rows(u, inputs, contexts, u_rows, stride);
     let u_rows = &*u_rows;
@@ -257,16 +289,19 @@ fn adjust_body<K: Simd, const N: usize>(k: K, work: Work<'_>, steps: Steps<'_>) 
         // A guard, not a closure: the row's work inlines into this clone.
         let mut row = v.row_mut(x);
         if N == 0 {
-            update_row(k, &mut row, scale, run, weights, u_rows, u_delta, v_delta);
+            update_row(
+                k, &mut row, scale, run, weights, u_rows, u_delta, v_delta, written,
+            );
         } else {
-            update_fixed_row::<K, N>(k, &mut row, scale, run, weights, u_rows, u_delta);
+            update_fixed_row::<K, N>(k, &mut row, scale, run, weights, u_rows, u_delta, written);
         }
     }
-    add_input_deltas(u, inputs, contexts, u_delta, input_scale, stride);
+    add_input_deltas(u, inputs, contexts, u_delta, input_scale, stride, written);
 }
 
 /// [`update_row`] with Δv in `N / 16` register lanes (`N` the padded
 /// columns), held through the run: the same operations in the same order.
+#[allow(clippy::too_many_arguments, reason = "the loops' state, spelled out")]
 #[inline(always)]
 fn update_fixed_row<K: Simd, const N: usize>(
     k: K,
@@ -276,6 +311,7 @@ fn update_fixed_row<K: Simd, const N: usize>(
     weights: &[f32],
     u_rows: &[f32],
     u_delta: &mut [f32],
+    written: &mut u32,
 ) {
     let cols = row.len();
     let mut dv = [k.lanes_zero(); 4];
@@ -300,9 +336,7 @@ fn update_fixed_row<K: Simd, const N: usize>(
             .expect("16 floats");
         k.lanes_store(*acc, o);
     }
-    for (r, d) in row.iter_mut().zip(&out) {
-        *r += scale * d;
-    }
+    add_guarded(row, scale, &out[..cols], written);
 }
 
 /// One output row's updates: per dot product of its `run`, Δu of the input
@@ -320,6 +354,7 @@ fn update_row<K: Simd>(
     u_rows: &[f32],
     u_delta: &mut [f32],
     v_delta: &mut [f32],
+    written: &mut u32,
 ) {
     let (cols, stride) = (row.len(), v_delta.len());
     v_delta.fill(0.0);
@@ -328,8 +363,8 @@ fn update_row<K: Simd>(
         k.axpy(g, row, &mut u_delta[p..p + cols]);
         k.axpy(g, &u_rows[p..p + stride], v_delta);
     }
-    // scale · Δv, exact when the scale is 1
-    k.axpy(scale, &v_delta[..cols], row);
+    // scale · Δv, exact when the scale is 1 (axpy's operations)
+    add_guarded(row, scale, &v_delta[..cols], written);
 }
 
 /// u(w) += s·Δu for every input row written, after all rows: skip-gram,
@@ -344,6 +379,7 @@ fn add_input_deltas(
     u_delta: &mut [f32],
     input_scale: &[f32],
     stride: usize,
+    written: &mut u32,
 ) {
     let cols = u.cols();
     let Some(Contexts { counts, words }) = contexts else {
@@ -356,7 +392,7 @@ fn add_input_deltas(
             if scale != 1.0 {
                 delta.iter_mut().for_each(|d| *d *= scale);
             }
-            u.add_row(w_in as usize, delta);
+            u.with_row_mut(w_in as usize, |row| add_guarded(row, 1.0, delta, written));
         }
         return;
     };
@@ -367,11 +403,7 @@ fn add_input_deltas(
             // s·d is exactly d when the scale is 1
             let s = input_scale[e];
             e += 1;
-            u.with_row_mut(w as usize, |row| {
-                for (a, d) in row.iter_mut().zip(delta) {
-                    *a += s * d;
-                }
-            });
+            u.with_row_mut(w as usize, |row| add_guarded(row, s, delta, written));
         }
     }
 }
@@ -399,6 +431,8 @@ pub(crate) struct FusedSteps<'a> {
     /// a dot product is the sum of the shards' partial ones, in shard
     /// order, as a client sums them.
     pub ends: &'a [usize],
+    /// Out: the largest |value| written, as f32 bits (see [`add_guarded`]).
+    pub written: &'a mut u32,
 }
 
 /// [`fused_loop`]'s body with the dot products of `$k`, written out in each
@@ -430,6 +464,7 @@ macro_rules! fused_body {
             u_delta,
             v_delta,
             ends,
+            written,
         } = $steps;
         let a = Portable; // as in adjust_loop
         debug_assert_eq!(stride, u.cols(), "the fused loop reads unpadded rows");
@@ -448,10 +483,12 @@ macro_rules! fused_body {
                     let (t, f) = (t as usize, dots[t as usize]);
                     weights[t] = alphas[t] * applied_weight(f, t < positives);
                 }
-                update_row(a, row, scale, run, weights, u_rows, u_delta, v_delta)
+                update_row(
+                    a, row, scale, run, weights, u_rows, u_delta, v_delta, written,
+                )
             });
         }
-        add_input_deltas(u, inputs, contexts, u_delta, input_scale, stride);
+        add_input_deltas(u, inputs, contexts, u_delta, input_scale, stride, written);
     }};
 }
 

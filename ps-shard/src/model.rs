@@ -4,6 +4,7 @@
 //! for export. Every minibatch is validated completely before any state is
 //! touched, so a rejected request leaves the model unchanged.
 
+use crate::finite::{max_abs_bits, MAX_VALUE_BITS};
 use crate::hogwild::{HogwildMatrix, Siblings};
 use crate::loops::{adjust_loop, dotprod_loop, Contexts, Steps, Work};
 use crate::plan::Plan;
@@ -14,7 +15,7 @@ use colonnade_common::model::{Matrix, ShardSpec};
 use colonnade_common::sampler::NegativeSampler;
 use colonnade_proto::domain::invalid_argument as invalid;
 use colonnade_proto::{validate_spec, Minibatch, ShardError, DIVERGED_PREFIX};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
 /// The most characters of a client's divergence report a model keeps (and
@@ -53,6 +54,9 @@ pub struct Model {
     /// Dot products pending per row: of calls whose dotprod was served and
     /// whose adjust was not applied yet ([`crate::stale`]).
     pending: Arc<Pending>,
+    /// At least the largest |value| either matrix holds, as f32 bits (it
+    /// only grows): what an adjust's admission bounds its growth from.
+    pub(crate) max_abs: AtomicU32,
 }
 
 /// Reusable per-thread buffers, so steady-state requests allocate nothing
@@ -189,7 +193,11 @@ impl Model {
             ),
         };
         // v stays zero, as its fresh columns are.
-        u.fill_rows(|r, row| init_input_row(seed, dim, r as u64, col_start, row));
+        let mut max_abs = 0;
+        u.fill_rows(|r, row| {
+            init_input_row(seed, dim, r as u64, col_start, row);
+            max_abs = max_abs.max(max_abs_bits(row));
+        });
         Ok(Self {
             fingerprint,
             spec,
@@ -203,6 +211,7 @@ impl Model {
             diverged: parking_lot::Mutex::new(None),
             is_diverged: AtomicBool::new(false),
             pending: Arc::new(Pending::new(rows)),
+            max_abs: AtomicU32::new(max_abs),
         })
     }
 
@@ -395,12 +404,7 @@ impl Model {
                 self.negative()
             )));
         }
-        if let Some(i) = weights.iter().position(|x| !x.is_finite()) {
-            return Err(invalid(format!(
-                "field `weights`: weight {i} is not finite ({})",
-                weights[i]
-            )));
-        }
+        self.admit_weights(weights)?;
         // The split loops' scratch rows are zero-padded to whole 16-float
         // chunks (see `crate::loops::dotprod_loop`), and so is Δv.
         let stride = padded(self.spec.cols());
@@ -413,6 +417,7 @@ impl Model {
             v_delta,
             ..
         } = s.for_steps(plan.inputs.len(), stride, stride);
+        let mut written = 0;
         adjust_loop(
             work(&self.u, &self.v, plan, u_rows, stride),
             Steps {
@@ -422,12 +427,13 @@ impl Model {
                 pending: pending.map(|p| (p.of(false), counted)),
                 u_delta,
                 v_delta,
+                written: &mut written,
             },
         );
         plan.release();
         self.stats.adjust_calls.fetch_add(1, Relaxed);
         self.stats.pairs_adjusted.fetch_add(plan.pairs(), Relaxed);
-        Ok(())
+        self.note_written(written)
     }
 
     /// Overwrites rows from `start` of one matrix with `values` (whole rows,
@@ -448,9 +454,18 @@ impl Model {
             Matrix::Input => &self.u,
             Matrix::Output => &self.v,
         };
+        let written = max_abs_bits(values);
+        if written > MAX_VALUE_BITS {
+            return Err(invalid(format!(
+                "a value from row {start} is {} (not finite, or beyond ±2^40: the most a shard \
+                 holds)",
+                f32::from_bits(written)
+            )));
+        }
         for (i, row) in values.chunks_exact(cols).enumerate() {
             m.with_row_mut(start as usize + i, |r| r.copy_from_slice(row));
         }
+        self.max_abs.fetch_max(written, Relaxed);
         Ok(())
     }
 

@@ -526,6 +526,7 @@ impl Shard for ShardService {
     ) -> Result<Response<RowStream>, Status> {
         let req = request.into_inner();
         let model = self.core.model(req.model_fingerprint)?;
+        model.check_exportable()?;
         let matrix = matrix_from_wire(req.matrix)?;
         let vocab = model.spec.model.vocab_size;
         if req.row_start > req.row_end || req.row_end > vocab {

@@ -80,6 +80,7 @@ impl WholeVectors {
             v_delta,
             weights,
         } = s.for_steps(plan.inputs.len(), cols, cols);
+        let mut written = 0;
         fused_loop(
             work(&self.u, &self.v, plan, u_rows, cols),
             FusedSteps {
@@ -92,6 +93,7 @@ impl WholeVectors {
                 u_delta,
                 v_delta,
                 ends: &self.ends,
+                written: &mut written,
             },
         );
         for m in &self.models {
@@ -99,7 +101,13 @@ impl WholeVectors {
             m.stats.adjust_calls.fetch_add(1, Relaxed);
             m.stats.pairs_adjusted.fetch_add(plan.pairs(), Relaxed);
         }
-        Ok(())
+        // Every shard's state is marked alike: a row is shared by all of them.
+        let mut noted = Ok(());
+        for m in &self.models {
+            let r = m.note_written(written);
+            noted = noted.and(r);
+        }
+        noted
     }
 }
 
