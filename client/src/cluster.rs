@@ -600,6 +600,20 @@ impl Cluster {
             .await;
             for (s, r) in self.shards.iter().zip(results) {
                 if let Err(e) = r {
+                    if e.code() == tonic::Code::PermissionDenied {
+                        bail!(
+                            "shard {} refuses to roll model {:016x} back to version {target} \
+                             ({why_short}): {}",
+                            s.endpoint,
+                            model.fingerprint,
+                            e.message(),
+                            why_short = if restart {
+                                "--restart"
+                            } else {
+                                "to agree on a state"
+                            }
+                        );
+                    }
                     tracing::warn!(shard = %s.endpoint, code = %e.code(), "restore failed: {}", colonnade_proto::shards::status_cause(&e));
                 }
             }

@@ -10,7 +10,10 @@
 //! a file that fails to load is renamed `*.corrupt` so it is never listed
 //! again; after version N is written, versions below N − 1 are removed, so a
 //! shard keeps the last two (the client asks for N + 1 only once N is on
-//! every shard's disk, so a version common to all shards always remains).
+//! every shard's disk, so a version common to all shards always remains); a
+//! checkpoint takes the newest version again or the next one, never one
+//! further ahead; a restore sets the versions above its own aside, never
+//! deletes them, until versions of the restored state replace them.
 
 use crate::model::Model;
 use colonnade_checkpoint::{counts_fingerprint, CheckpointReader, Header, ModelDir};
@@ -217,15 +220,12 @@ fn version_of(h: &Header) -> Version {
     }
 }
 
-/// Writes a newly created model's spec and counts in `dir` (before it is used).
-pub(crate) fn persist_created(dir: &ModelDir, model: &Model) -> Result<(), ShardError> {
-    dir.write_model(model.fingerprint, &model.spec, &model.counts)
-        .map_err(internal)
-}
-
 /// Loads every model of the data dir `root` at its newest readable version
 /// ([`load_model`]), except those dropped with their files kept
-/// ([`ModelDir::is_dropped`]): they stay on disk until created again.
+/// ([`ModelDir::is_dropped`]): they stay on disk until created again. A
+/// model whose files cannot be loaded is set aside
+/// ([`crate::datadir::quarantine_model`]) and the others are loaded; only a
+/// shortage of memory stops the start-up.
 pub(crate) fn load_models(root: &Path) -> Result<Vec<(Model, Checkpoints)>, ShardError> {
     fs_err::create_dir_all(root).map_err(|e| {
         ShardError::Internal(format!(
@@ -233,6 +233,7 @@ pub(crate) fn load_models(root: &Path) -> Result<Vec<(Model, Checkpoints)>, Shar
             root.display()
         ))
     })?;
+    crate::datadir::clean_creations(root)?;
     let mut models = Vec::new();
     for dir in ModelDir::list(root).map_err(internal)? {
         if dir.is_dropped() {
@@ -244,7 +245,13 @@ pub(crate) fn load_models(root: &Path) -> Result<Vec<(Model, Checkpoints)>, Shar
             );
             continue;
         }
-        models.push(load_model(&dir)?);
+        match load_model(&dir) {
+            Ok(m) => models.push(m),
+            Err(e) if crate::datadir::is_bad_files(&e) => {
+                crate::datadir::quarantine_model(&dir, &e);
+            }
+            Err(e) => return Err(e),
+        }
     }
     Ok(models)
 }
@@ -339,6 +346,18 @@ impl Checkpoints {
             return Err(ShardError::FailedPrecondition(format!(
                 "checkpoint version {} is older than version {newest} on this shard's disk",
                 a.version
+            )));
+        }
+        // Version N + 1 replaces N − 1: a version further ahead would
+        // replace versions no newer complete one stands for.
+        if a.version > newest + 1 {
+            return Err(ShardError::InvalidArgument(format!(
+                "field `version`: checkpoint version {} of model {:016x}, but this shard's \
+                 newest complete version is {newest}: a checkpoint takes version {newest} \
+                 again or version {}",
+                a.version,
+                model.fingerprint,
+                newest + 1
             )));
         }
         let (mut rx, durable) = {
@@ -534,11 +553,14 @@ impl Checkpoints {
         if let Err(e) = dir.remove_versions(|v| v < keep_from) {
             tracing::warn!(error = %e, "cannot remove old checkpoint versions");
         }
+        crate::datadir::remove_rolled_back(dir, b.version);
         Ok(())
     }
 
     /// The state of `model` at checkpoint `version` (0: the initial state)
-    /// under `lineage`, read from `dir`; removes newer versions. `None`
+    /// under `lineage`, read from `dir`; sets newer versions aside (kept
+    /// until the restored state writes versions that replace them:
+    /// [`crate::datadir::set_aside_above`]). `None`
     /// when `model` is that state already, untouched since it was loaded:
     /// it is relabelled in place.
     pub(crate) fn restore(
@@ -597,7 +619,7 @@ impl Checkpoints {
         };
         self.on_disk.lock().retain(|v| v.version <= version);
         if let Some(dir) = dir {
-            dir.remove_versions(|v| v > version).map_err(internal)?;
+            crate::datadir::set_aside_above(dir, version)?;
         }
         *self.finished.lock() = manifest
             .as_deref()

@@ -14,12 +14,13 @@
 //! is one model's slice and its operations, [`whole`] the shards of a model
 //! holding whole vectors and their fused step; [`checkpoints`] keeps a
 //! model in a data dir (barrier, crash-safe versions, restore, load at
-//! start-up) and [`registry`] the models a shard holds, with their
-//! checkpoints; [`service`] is the thin tonic adapter (which pairs a
-//! `dotprod` with its `adjust`; [`work`] bounds a call's CPU work),
-//! [`server`] wires it with health checks, TLS, the connection limits of
-//! [`connections`], the admission before decoding of [`edge`] and
-//! [`observe`]'s metrics;
+//! start-up, quarantining a model whose files are bad: [`datadir`]) and
+//! [`registry`] the models a shard holds, with their checkpoints, [`roles`]
+//! what the worker and admin tokens may do with them; [`service`] is the
+//! thin tonic adapter (which pairs a `dotprod` with its `adjust`; [`work`]
+//! bounds a call's CPU work), [`server`] wires it with health checks, TLS,
+//! the connection limits of [`connections`], the admission before decoding
+//! of [`edge`] and [`observe`]'s metrics;
 //! [`in_process`] reaches a model's shards in this process through the same
 //! boundary trait the client uses over gRPC, and [`embedded`] starts the
 //! shards of a client process.
@@ -31,6 +32,7 @@
 
 pub mod checkpoints;
 pub mod connections;
+pub mod datadir;
 pub mod edge;
 pub mod embedded;
 pub mod finite;
@@ -43,6 +45,7 @@ pub mod model;
 pub mod observe;
 pub mod plan;
 pub mod registry;
+pub mod roles;
 pub mod server;
 pub mod service;
 pub mod stale;

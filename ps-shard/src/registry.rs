@@ -365,9 +365,9 @@ impl ShardCore {
 
     /// Writes a newly created model's spec and counts to the data dir, if any.
     fn persist_created(&self, model: &Model) -> Result<(), ShardError> {
-        match self.model_dir(model.fingerprint) {
-            Some(dir) => checkpoints::persist_created(&dir, model),
-            None => Ok(()),
+        match (self.data_dir.as_deref(), self.model_dir(model.fingerprint)) {
+            (Some(root), Some(dir)) => crate::datadir::create_model_dir(root, &dir, model),
+            _ => Ok(()),
         }
     }
 

@@ -626,6 +626,7 @@ impl Shard for ShardService {
         &self,
         request: Request<RestoreRequest>,
     ) -> Result<Response<RestoreResponse>, Status> {
+        crate::roles::check_restore(&self.core, &self.tokens, &request)?;
         let req = request.into_inner();
         let core = Arc::clone(&self.core);
         let restored = self

@@ -235,12 +235,16 @@ pub struct TrainArgs {
     pub call_timeout: u64,
     /// Start the model afresh even if the shards hold a checkpoint of it
     /// (by default training resumes from the newest checkpoint): every shard
-    /// is rolled back to the initial state and its checkpoints removed.
+    /// is rolled back to the initial state, its checkpoints set aside until
+    /// the new run's versions replace them. Over shards holding checkpoints
+    /// and given an --admin-token-file, this needs that admin token.
     #[arg(long, help_heading = "Shards and workers", env = "COLONNADE_RESTART")]
     pub restart: bool,
     /// Roll every shard back to the newest checkpoint they all hold before
     /// training (the initial state if there is none), e.g. after training
-    /// diverged: shards refuse to train a diverged model until then.
+    /// diverged: shards refuse to train or export a diverged model until
+    /// then. The worker token may do this; the versions rolled back from
+    /// are set aside, not deleted, until newer ones replace them.
     #[arg(
         long,
         help_heading = "Shards and workers",
