@@ -204,6 +204,7 @@ impl Guests {
 struct Refusals {
     logged: Option<Instant>,
     refused: u64,
+    displaced: u64,
     failed: u64,
     backoff: Duration,
 }
@@ -230,6 +231,7 @@ pub(crate) fn limited_incoming(
     let refusals = Refusals {
         logged: None,
         refused: 0,
+        displaced: 0,
         failed: 0,
         backoff: Duration::ZERO,
     };
@@ -270,6 +272,18 @@ pub(crate) fn limited_incoming(
                             if displaced {
                                 metrics::counter!("colonnade_shard_connections_displaced_total")
                                     .increment(1);
+                                log.displaced += 1;
+                                if !log.quiet() {
+                                    tracing::warn!(
+                                        %peer,
+                                        displaced = log.displaced,
+                                        "all {} connection slots are taken: closed the oldest \
+                                         connection that has not carried the token to admit a \
+                                         new one (--max-connections)",
+                                        limits.max
+                                    );
+                                    log.logged = Some(Instant::now());
+                                }
                                 let wait = Arc::clone(&slots).acquire_owned();
                                 tokio::time::timeout(EVICTION_WAIT, wait)
                                     .await
