@@ -202,7 +202,7 @@ pub async fn run_train(mut args: TrainArgs, connector: &Connector) -> anyhow::Re
         ))
         .into());
     }
-    if let Some(e) = final_checkpoint {
+    if let Some(FinalCheckpoint { error: e, heals }) = final_checkpoint {
         let written = args.out.paths();
         let outputs = if written.is_empty() {
             String::new()
@@ -216,10 +216,19 @@ pub async fn run_train(mut args: TrainArgs, connector: &Connector) -> anyhow::Re
                     .join(", ")
             )
         };
-        return Err(e.context(format!(
+        let what = format!(
             "the final checkpoint could not be taken{outputs}: the model is complete on the \
              running shards, but the newest checkpoint on their disks is an earlier one"
-        )));
+        );
+        if heals || written.is_empty() {
+            // The shards did not answer within --retry-timeout, or nothing
+            // but the shards holds the vectors: the run did not end well.
+            return Err(e.context(what));
+        }
+        // Asking again gets the same answer (a shard without --data-dir, a
+        // full disk), and the outputs asked for are written: the run did
+        // what it was asked; the checkpoint is reported, not fatal.
+        eprintln!("warning: {what}: {e:#}");
     }
     Ok(summary)
 }
@@ -237,13 +246,20 @@ fn write_whole(path: &std::path::Path, bytes: &[u8]) -> anyhow::Result<()> {
 /// failed, if it did: the outputs are written first, then that is reported.
 struct Trained {
     summary: TrainSummary,
-    final_checkpoint: Option<anyhow::Error>,
+    final_checkpoint: Option<FinalCheckpoint>,
 }
 
 /// Whether a failed final checkpoint may succeed when tried again: a shard
 /// unreachable, restarting or of another lineage may come back; a shard
 /// that keeps no checkpoints (started without --data-dir), could not write
 /// one (INTERNAL: a full disk) or refuses the request will answer the same.
+/// Why the final checkpoint was not taken, and whether asking again could
+/// have mended it (the shards unreachable until --retry-timeout ran out).
+struct FinalCheckpoint {
+    error: anyhow::Error,
+    heals: bool,
+}
+
 fn final_checkpoint_heals(e: &anyhow::Error) -> bool {
     if e.is::<crate::checkpointer::WorkersMismatch>() {
         return false;
@@ -482,16 +498,22 @@ async fn train_with_recovery(
                     // the shards' memory; the outputs are written, then
                     // this is reported.
                     tracing::error!(error = %format!("{e:#}"), "the final checkpoint could not be taken; the newest checkpoint on disk is an earlier one");
-                    final_checkpoint = Some(e);
+                    final_checkpoint = Some(FinalCheckpoint {
+                        error: e,
+                        heals: false,
+                    });
                     break summary;
                 }
                 let giving_up = finish_deadline.get_or_insert_with(|| Instant::now() + retry);
                 if Instant::now() >= *giving_up {
                     tracing::error!(error = %format!("{e:#}"), "the final checkpoint could not be taken within --retry-timeout");
-                    final_checkpoint = Some(e.context(format!(
-                        "not taken within --retry-timeout {}s",
-                        args.retry_timeout
-                    )));
+                    final_checkpoint = Some(FinalCheckpoint {
+                        error: e.context(format!(
+                            "not taken within --retry-timeout {}s",
+                            args.retry_timeout
+                        )),
+                        heals: true,
+                    });
                     break summary;
                 }
                 tracing::warn!(error = %format!("{e:#}"), "the final checkpoint was not taken; reconciling and trying again");

@@ -139,7 +139,9 @@ def test_a_final_checkpoint_the_shard_cannot_take_still_writes_the_outputs(tmp_p
         if shard.proc:
             shard.proc.stop()
     log = client.text()
-    assert code != 0, log
+    # The outputs asked for are written and asking again cannot mend it: a warning, exit 0.
+    assert code == 0, log
+    assert "warning: the final checkpoint could not be taken" in log, log[-4000:]
     assert "final checkpoint" in log and "--data-dir" in log and "outputs were written" in log, log[-4000:]
     assert after < retry, f"the final checkpoint was retried for {after:.0f}s:\n{log[-3000:]}"
     with h5py.File(out, "r") as f:
