@@ -21,6 +21,7 @@ from pathlib import Path
 import h5py
 import pytest
 
+from protowire import varint
 from conftest import ANSI, binary, clean_env, colonnade, free_port, run, run_fail, train_args
 from test_fault_tolerance import PersistentShard, Proc, checkpoints_taken, wait_for
 
@@ -149,16 +150,6 @@ def test_a_final_checkpoint_the_shard_cannot_take_still_writes_the_outputs(tmp_p
 
 
 # --- 8: export retries a shard's stream limit; messages name the real cause --------------------
-
-
-def varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        out.append(b | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
 
 
 def pull_rows_request(fingerprint: int, rows: int) -> bytes:

@@ -27,71 +27,9 @@ import grpc
 import pytest
 
 from conftest import ANSI, binary, clean_env, colonnade, free_port, run, train_args
+from protowire import field_bytes, field_float, field_varint, parse, u32s
 
 TOKEN = "net-hardening-token-0123"
-
-# --- protobuf, by hand ---------------------------------------------------
-
-
-def varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
-
-
-def field_varint(num: int, value: int) -> bytes:
-    return varint(num << 3) + varint(value) if value else b""
-
-
-def field_bytes(num: int, value: bytes) -> bytes:
-    return varint(num << 3 | 2) + varint(len(value)) + value
-
-
-def field_float(num: int, value: float) -> bytes:
-    return varint(num << 3 | 5) + struct.pack("<f", value)
-
-
-def parse(buf: bytes) -> dict[int, list]:
-    """Fields of a message: varints as ints, length-delimited as bytes."""
-    out: dict[int, list] = {}
-    i = 0
-    while i < len(buf):
-        key, i = _read_varint(buf, i)
-        num, wire = key >> 3, key & 7
-        if wire == 0:
-            v, i = _read_varint(buf, i)
-        elif wire == 2:
-            n, i = _read_varint(buf, i)
-            v, i = buf[i:i + n], i + n
-        elif wire == 5:
-            v, i = buf[i:i + 4], i + 4
-        elif wire == 1:
-            v, i = buf[i:i + 8], i + 8
-        else:
-            raise ValueError(f"wire type {wire}")
-        out.setdefault(num, []).append(v)
-    return out
-
-
-def _read_varint(buf: bytes, i: int) -> tuple[int, int]:
-    n = shift = 0
-    while True:
-        b = buf[i]
-        i += 1
-        n |= (b & 0x7F) << shift
-        shift += 7
-        if not b & 0x80:
-            return n, i
-
-
-def u32s(values) -> bytes:
-    return struct.pack(f"<{len(values)}I", *values)
 
 
 def model_spec(vocab: int, dim: int, seed: int = 7) -> bytes:

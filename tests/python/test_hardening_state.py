@@ -20,7 +20,6 @@ code):
 
 from __future__ import annotations
 
-import struct
 import time
 from pathlib import Path
 
@@ -28,83 +27,7 @@ import grpc
 import numpy as np
 import pytest
 
-# ---- a minimal protobuf encoder/decoder for the messages of shard.proto ----
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
-
-
-def _field(num: int, value) -> bytes:
-    """One field: int/bool as a varint, bytes/str as length-delimited, a float
-    as fixed32 (wrap it in `F`)."""
-    if isinstance(value, F):
-        return _varint(num << 3 | 5) + struct.pack("<f", value.x)
-    if isinstance(value, (bool, int)):
-        return _varint(num << 3) + _varint(int(value))
-    if isinstance(value, str):
-        value = value.encode()
-    return _varint(num << 3 | 2) + _varint(len(value)) + value
-
-
-class F:
-    def __init__(self, x: float):
-        self.x = x
-
-
-def msg(**fields) -> bytes:
-    """A message from `f<number>=value` keyword arguments (lists repeat the field)."""
-    out = b""
-    for key, value in fields.items():
-        num = int(key[1:])
-        for v in value if isinstance(value, list) else [value]:
-            out += _field(num, v)
-    return out
-
-
-def parse(data: bytes) -> dict[int, list]:
-    """Field number -> values (varints as int, length-delimited as bytes, fixed as bytes)."""
-    out: dict[int, list] = {}
-    i = 0
-    while i < len(data):
-        key, i = _read_varint(data, i)
-        num, wire = key >> 3, key & 7
-        if wire == 0:
-            v, i = _read_varint(data, i)
-        elif wire == 2:
-            n, i = _read_varint(data, i)
-            v, i = data[i : i + n], i + n
-        elif wire == 1:
-            v, i = data[i : i + 8], i + 8
-        elif wire == 5:
-            v, i = data[i : i + 4], i + 4
-        else:
-            raise ValueError(f"wire type {wire}")
-        out.setdefault(num, []).append(v)
-    return out
-
-
-def _read_varint(data: bytes, i: int) -> tuple[int, int]:
-    n, shift = 0, 0
-    while True:
-        b = data[i]
-        i += 1
-        n |= (b & 0x7F) << shift
-        shift += 7
-        if not b & 0x80:
-            return n, i
-
-
-def u32s(values) -> bytes:
-    return np.asarray(values, dtype="<u4").tobytes()
+from protowire import F, msg, parse, u32s
 
 
 # ---- the shard's calls ----
