@@ -21,6 +21,7 @@ use bytes::{Bytes, BytesMut};
 use colonnade_proto::MAX_MESSAGE_BYTES;
 use colonnade_setup::{Scope, Tokens};
 use http_body::{Body as _, Frame};
+use http_body_util::Full;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -303,10 +304,10 @@ where
             } else {
                 match receive(body, &layer.bytes, layer.limits, largest).await {
                     Ok(Received::Whole(bytes, reserved)) => {
-                        (Body::new(Whole(Some(bytes))), Some(reserved))
+                        (Body::new(Full::new(bytes)), Some(reserved))
                     }
                     Ok(Received::Oversized(start)) if shard_call => {
-                        (Body::new(Whole(Some(start))), None)
+                        (Body::new(Full::new(start)), None)
                     }
                     Ok(Received::Oversized(_)) => {
                         return Ok(refused(Status::resource_exhausted(format!(
@@ -334,29 +335,6 @@ where
                 })
             }))
         })
-    }
-}
-
-/// A request received whole.
-struct Whole(Option<Bytes>);
-
-impl http_body::Body for Whole {
-    type Data = Bytes;
-    type Error = Status;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        _cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
-        Poll::Ready(self.0.take().map(|b| Ok(Frame::data(b))))
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.0.is_none()
-    }
-
-    fn size_hint(&self) -> http_body::SizeHint {
-        http_body::SizeHint::with_exact(self.0.as_ref().map_or(0, |b| b.len() as u64))
     }
 }
 
