@@ -15,6 +15,7 @@
 //! state, which every shard can rebuild), under one new lineage, and every
 //! worker resumes from its position in that version's manifest.
 
+use crate::agreement::{common_version, describe, next_lineage, position_in};
 use crate::grpc::{broadcast, same_api, with_timeout, GrpcShard, GrpcShards};
 use crate::identity::RunRecord;
 use crate::train::Position;
@@ -47,6 +48,9 @@ pub struct Cluster {
     connector: Connector,
     shards: Vec<GrpcShard>,
     model: Option<OnShards>,
+    /// The `--num-workers` this process declares when it creates the model
+    /// (0: not a training worker).
+    workers: u32,
 }
 
 /// The model a cluster trains.
@@ -54,6 +58,9 @@ struct OnShards {
     spec: ModelSpec,
     vocab: Arc<VocabCounts>,
     fingerprint: u64,
+    /// A shard whose model state is trained with another `--num-workers`
+    /// than this worker declared, and that count.
+    other_workers: Option<(String, u32)>,
 }
 
 /// What the shards agreed on.
@@ -220,6 +227,7 @@ impl Cluster {
                     connector: connector.clone(),
                     shards: shards.into_iter().flatten().collect(),
                     model: None,
+                    workers: 0,
                 });
             }
             let names = || {
@@ -303,7 +311,7 @@ impl Cluster {
     ) -> anyhow::Result<u64> {
         let deadline = Instant::now() + retry;
         let mut backoff = Duration::from_millis(200);
-        let fingerprint = loop {
+        let (fingerprint, other_workers) = loop {
             match self.create_once(&spec, &vocab).await {
                 Err(e)
                     if Instant::now() + backoff < deadline
@@ -321,15 +329,46 @@ impl Cluster {
             spec,
             vocab,
             fingerprint,
+            other_workers,
         });
         Ok(fingerprint)
+    }
+
+    /// Declares this process a training worker of `count` (its
+    /// `--num-workers`) for the models it creates.
+    pub fn declare_workers(&mut self, count: u64) {
+        self.workers = u32::try_from(count).unwrap_or(u32::MAX);
+    }
+
+    /// Refuses a worker started with another `--num-workers` than the
+    /// workers already training the model's state, at start rather than at
+    /// the first checkpoint barrier or the end of the run.
+    pub fn check_workers(&self) -> anyhow::Result<()> {
+        let Some(m) = &self.model else { return Ok(()) };
+        if let Some((endpoint, count)) = &m.other_workers {
+            bail!(
+                "model {:016x} is being trained by workers started with --num-workers {count} \
+                 (shard {endpoint} recorded it), this worker was started with --num-workers {}: \
+                 start every worker of a model with the same --num-workers (each with its own \
+                 --worker-index below it), or give --restart to train the model afresh with {}",
+                m.fingerprint,
+                self.workers,
+                self.workers
+            );
+        }
+        Ok(())
     }
 
     /// One attempt of [`Cluster::create`]: checks every shard's API version,
     /// then streams the counts in chunks of [`COUNTS_PER_CHUNK`] as they are
     /// sent; checks every shard reports the expected fingerprint.
-    async fn create_once(&self, spec: &ModelSpec, vocab: &Arc<VocabCounts>) -> anyhow::Result<u64> {
+    async fn create_once(
+        &self,
+        spec: &ModelSpec,
+        vocab: &Arc<VocabCounts>,
+    ) -> anyhow::Result<(u64, Option<(String, u32)>)> {
         let count = self.shards.len();
+        let workers = self.workers;
         if spec.dim < count as u32 {
             bail!(
                 "--size {} is smaller than the number of shards ({count}): every shard needs at \
@@ -359,6 +398,7 @@ impl Cluster {
                         spec: (k == 0).then(|| v1::ModelSpec::from(&shard_spec)),
                         counts_offset: start as u64,
                         counts: encode_u64(&vocab.counts[start..end]),
+                        num_workers: if k == 0 { workers } else { 0 },
                     }
                 }));
                 let mut client = shard.client.clone();
@@ -377,6 +417,7 @@ impl Cluster {
             }))
             .await;
         let mut existed = false;
+        let mut other_workers = None;
         for (shard, resp) in self.shards.iter().zip(created) {
             let resp = resp?;
             if resp.model_fingerprint != expected {
@@ -388,6 +429,9 @@ impl Cluster {
                 );
             }
             existed |= resp.existed;
+            if self.workers != 0 && resp.num_workers != 0 && resp.num_workers != self.workers {
+                other_workers.get_or_insert((shard.endpoint.clone(), resp.num_workers));
+            }
         }
         if existed {
             tracing::info!(
@@ -395,7 +439,7 @@ impl Cluster {
                 "attached to an existing model on the shards; training continues from its state"
             );
         }
-        Ok(expected)
+        Ok((expected, other_workers))
     }
 
     /// Every shard's status of the model, retried with exponential backoff
@@ -592,6 +636,7 @@ impl Cluster {
                 model_fingerprint: model.fingerprint,
                 version: target,
                 lineage,
+                num_workers: u32::try_from(worker.count).unwrap_or(u32::MAX),
             };
             let results = broadcast(&self.shards, |mut client| {
                 let req = with_timeout(req, Duration::from_secs(3600));
@@ -642,122 +687,4 @@ impl Cluster {
         let source = colonnade_exporter::Source::Shards(&mut handles);
         colonnade_exporter::export(source, fingerprint, words, spec.dim, out, provenance).await
     }
-}
-
-/// This worker's position in the manifest of `version` (0: the start),
-/// whether its part was finished there, and the run it recorded.
-fn position_in(
-    models: &[&ModelStatus],
-    version: u64,
-    worker: Worker,
-) -> anyhow::Result<(Position, bool, Option<RunRecord>)> {
-    if version == 0 {
-        return Ok((Position::default(), false, None));
-    }
-    let manifest = models
-        .iter()
-        .flat_map(|m| &m.checkpoints)
-        .find(|c| c.version == version)
-        .map(|c| c.manifest.clone())
-        .context("no shard returned the manifest of the common version")?;
-    let m: Manifest = serde_json::from_slice(&manifest)
-        .with_context(|| format!("the manifest of checkpoint version {version} is not readable"))?;
-    if m.num_workers != worker.count {
-        bail!(
-            "checkpoint version {version} was taken with --num-workers {}, this worker has {}: \
-             give the same, or --restart",
-            m.num_workers,
-            worker.count
-        );
-    }
-    let w = m
-        .workers
-        .iter()
-        .find(|w| w.worker == worker.index)
-        .with_context(|| {
-            format!(
-                "checkpoint version {version} has no position of worker {}",
-                worker.index
-            )
-        })?;
-    let position = if w.position.is_null() {
-        Position::default()
-    } else {
-        serde_json::from_value(w.position.clone()).with_context(|| {
-            format!(
-                "the position of worker {} in checkpoint {version}",
-                worker.index
-            )
-        })?
-    };
-    // Manifests of releases before the record have none; one unreadable is
-    // treated the same (the position above was readable).
-    let record = w
-        .position
-        .get("run")
-        .and_then(|r| serde_json::from_value(r.clone()).ok());
-    Ok((position, w.finished, record))
-}
-
-/// The manifest a shard writes with every checkpoint version.
-#[derive(serde::Deserialize)]
-struct Manifest {
-    num_workers: u64,
-    workers: Vec<ManifestWorker>,
-}
-
-#[derive(serde::Deserialize)]
-struct ManifestWorker {
-    worker: u64,
-    finished: bool,
-    #[serde(default)]
-    position: serde_json::Value,
-}
-
-/// The newest checkpoint version every shard holds (0 if none).
-fn common_version(models: &[&ModelStatus]) -> u64 {
-    let mut sets = models.iter().map(|m| {
-        m.checkpoints
-            .iter()
-            .map(|c| c.version)
-            .collect::<BTreeSet<u64>>()
-    });
-    let Some(first) = sets.next() else {
-        return 0;
-    };
-    sets.fold(first, |a, b| a.intersection(&b).copied().collect())
-        .into_iter()
-        .next_back()
-        .unwrap_or(0)
-}
-
-/// The lineage a restore to `version` from `lineages` gives: the same for
-/// every worker that reconciles the same disagreement, so concurrent
-/// reconcilers converge instead of restoring each other's restores.
-fn next_lineage(fingerprint: u64, version: u64, lineages: &BTreeSet<u64>) -> u64 {
-    let mut h = xxhash_rust::xxh3::Xxh3::new();
-    h.update(&fingerprint.to_le_bytes());
-    h.update(&version.to_le_bytes());
-    for l in lineages {
-        h.update(&l.to_le_bytes());
-    }
-    h.digest().max(1)
-}
-
-fn describe(shards: &[GrpcShard], models: &[&ModelStatus]) -> String {
-    shards
-        .iter()
-        .zip(models)
-        .map(|(s, m)| {
-            format!(
-                "{}: lineage {:016x} from version {}, {} adjusts since, versions {:?}",
-                s.endpoint,
-                m.lineage,
-                m.base_version,
-                m.adjusts_since_base,
-                m.checkpoints.iter().map(|c| c.version).collect::<Vec<_>>()
-            )
-        })
-        .collect::<Vec<_>>()
-        .join("; ")
 }

@@ -1,7 +1,8 @@
 //! The Colonnade client (`colonnade`): a stateless worker and the commands
 //! around it. [`cli`] parses flags and dispatches; [`run`] owns a training
 //! run (prepare what it reads, [`source`]; reach or start the shards, create
-//! the model and agree on its state, [`cluster`]; train with recovery and
+//! the model and agree on its state, [`cluster`] reading what the shards'
+//! statuses say in `agreement`; train with recovery and
 //! [`checkpointer`]; export). Training itself is [`stream`] (the worker's one
 //! minibatch former, on its reader thread) feeding the pipelines of
 //! [`train`], each stepping minibatches through the one SGNS step over
@@ -15,6 +16,7 @@
 //! weights, and never depend on a shard's internals (only on the boundary in
 //! `colonnade-proto`, `InProcessShards` and `EmbeddedCluster`).
 
+mod agreement;
 pub mod certs;
 pub mod checkpointer;
 pub mod cli;

@@ -82,9 +82,13 @@ pub async fn run_train(mut args: TrainArgs, connector: &Connector) -> anyhow::Re
         (None, None) => bail!("give --embedded-shards N or --shards host:port,..."),
     };
     let retry = Duration::from_secs(args.retry_timeout);
+    cluster.declare_workers(args.num_workers);
     let fingerprint = cluster
         .create(spec.clone(), Arc::clone(&vocab), retry)
         .await?;
+    if !args.restart {
+        cluster.check_workers()?;
+    }
     tracing::info!(
         shards = cluster.len(),
         words = vocab.len(),

@@ -430,6 +430,7 @@ async fn create_model_over_the_limit_is_refused_before_the_counts() {
         }),
         counts_offset: 0,
         counts: colonnade_proto::encode_u64(&[5; 1000]),
+        num_workers: 0,
     };
     let endless = futures::stream::iter(vec![first]).chain(futures::stream::pending());
     let status = tokio::time::timeout(Duration::from_secs(10), client.create_model(endless))

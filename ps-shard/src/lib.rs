@@ -17,7 +17,8 @@
 //! start-up, quarantining a model whose files are bad: [`datadir`]) and
 //! [`registry`] the models a shard holds, with their checkpoints, [`roles`]
 //! what the worker and admin tokens may do with them; [`service`] is the
-//! thin tonic adapter (which pairs a `dotprod` with its `adjust`; [`work`]
+//! thin tonic adapter (which pairs a `dotprod` with its `adjust` through
+//! [`plan_cache`]; [`work`]
 //! bounds a call's CPU work), [`server`] wires it with health checks, TLS,
 //! the connection limits of [`connections`], the admission before decoding
 //! of [`edge`] and [`observe`]'s metrics;
@@ -44,6 +45,7 @@ mod loops;
 pub mod model;
 pub mod observe;
 pub mod plan;
+pub mod plan_cache;
 pub mod registry;
 pub mod roles;
 pub mod server;

@@ -57,6 +57,9 @@ pub struct Model {
     /// At least the largest |value| either matrix holds, as f32 bits (it
     /// only grows): what an adjust's admission bounds its growth from.
     pub(crate) max_abs: AtomicU32,
+    /// The `--num-workers` this state is trained with: the first count a
+    /// worker declared since the state began (0: none yet).
+    workers: AtomicU32,
 }
 
 /// Reusable per-thread buffers, so steady-state requests allocate nothing
@@ -212,6 +215,7 @@ impl Model {
             is_diverged: AtomicBool::new(false),
             pending: Arc::new(Pending::new(rows)),
             max_abs: AtomicU32::new(max_abs),
+            workers: AtomicU32::new(0),
         })
     }
 
@@ -231,6 +235,25 @@ impl Model {
         self.lineage.store(lineage, Relaxed);
         *self.diverged.lock() = None;
         self.is_diverged.store(false, Relaxed);
+    }
+
+    /// Records `count` as the `--num-workers` this state is trained with
+    /// unless a worker declared one before (0 declares nothing); returns the
+    /// recorded count, which the worker compares with its own.
+    pub fn declare_workers(&self, count: u32) -> u32 {
+        if count == 0 {
+            return self.workers.load(Relaxed);
+        }
+        match self.workers.compare_exchange(0, count, Relaxed, Relaxed) {
+            Ok(_) => count,
+            Err(recorded) => recorded,
+        }
+    }
+
+    /// Sets the `--num-workers` of this state (a Restore starts a state
+    /// for the workers that restored it).
+    pub fn set_workers(&self, count: u32) {
+        self.workers.store(count, Relaxed);
     }
 
     /// Marks this state diverged, as a client found (the first report

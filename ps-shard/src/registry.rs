@@ -415,24 +415,30 @@ impl ShardCore {
     }
 
     /// Replaces model `fingerprint`'s state by checkpoint `version` (0: the
-    /// initial state) under `lineage`; removes newer versions. Returns false
-    /// when the model already is of `lineage`.
+    /// initial state) under `lineage`, to be trained by `workers` workers
+    /// (0: not declared); sets newer versions aside. Returns false when the
+    /// model already is of `lineage`.
     pub fn restore(
         &self,
         fingerprint: u64,
         version: u64,
         lineage: u64,
+        workers: u32,
     ) -> Result<bool, ShardError> {
         let model = self.model(fingerprint)?;
         if model.lineage() == lineage {
             return Ok(false);
         }
         let dir = self.model_dir(fingerprint);
-        if let Some(fresh) =
-            self.checkpoints(fingerprint)
-                .restore(&model, dir.as_ref(), version, lineage)?
+        match self
+            .checkpoints(fingerprint)
+            .restore(&model, dir.as_ref(), version, lineage)?
         {
-            self.insert_loaded(fresh);
+            Some(fresh) => {
+                fresh.set_workers(workers);
+                self.insert_loaded(fresh);
+            }
+            None => model.set_workers(workers),
         }
         Ok(true)
     }
@@ -467,6 +473,28 @@ fn attach(existing: &Model, spec: &ShardSpec) -> Result<Created, ShardError> {
 mod tests {
     use super::*;
     use crate::fixture::{spec, COUNTS};
+
+    #[test]
+    fn the_first_declared_worker_count_holds_until_a_restore() {
+        let core = ShardCore::new(None);
+        let fp = core
+            .create_model(spec(0..4), &COUNTS)
+            .expect("create")
+            .fingerprint;
+        let model = || core.model(fp).expect("model");
+        assert_eq!(model().declare_workers(0), 0, "nothing declared yet");
+        assert_eq!(model().declare_workers(2), 2);
+        assert_eq!(model().declare_workers(3), 2, "the first count holds");
+        assert_eq!(model().declare_workers(0), 2);
+        // A restore to the same lineage is a no-op and keeps it.
+        assert!(!core.restore(fp, 0, 0, 3).expect("no-op"));
+        assert_eq!(model().declare_workers(3), 2);
+        // A restore starts a state for the restoring workers' count.
+        assert!(core.restore(fp, 0, 7, 3).expect("restore"));
+        assert_eq!(model().declare_workers(2), 3);
+        assert!(core.restore(fp, 0, 8, 0).expect("restore"));
+        assert_eq!(model().declare_workers(2), 2);
+    }
 
     #[test]
     fn create_is_idempotent_and_guards_columns() {

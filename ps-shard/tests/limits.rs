@@ -145,6 +145,7 @@ async fn create(c: &mut ShardClient<Channel>, spec: v1::ModelSpec) -> Result<u64
             spec: (k == 0).then_some(spec),
             counts_offset: (k << 20) as u64,
             counts: encode_u64(part),
+            num_workers: 0,
         })
         .collect();
     let r = c.create_model(futures::stream::iter(chunks)).await?;

@@ -199,3 +199,33 @@ def test_a_hung_shard_is_not_called_a_tls_mismatch(tmp_path, shard_launcher):
     assert endpoint in res.stderr, res.describe()
     assert "TLS" not in res.stderr, res.describe()
     assert "did not answer" in res.stderr, res.describe()
+
+
+# --- 8: workers started with different --num-workers are told at start --------------------------
+
+
+def test_a_worker_started_with_another_num_workers_is_refused_at_start(tmp_path, corpus_100k, shard_launcher):
+    endpoints = shard_launcher.start(2)
+    shards = ",".join(endpoints)
+    vocab = tmp_path / "vocab.tsv"
+    run([colonnade(), "vocab", "--corpus", corpus_100k, "--min-count", 3, "--output", vocab])
+    common = dict(shards=shards, vocab=vocab, min_count=None)
+    # Worker 0 of 2 trains its part: the shards record the model's count.
+    run(train_args(corpus_100k, num_workers=2, worker_index=0, **common))
+    # A second worker started with --num-workers 3 used to train its whole part and fail
+    # only at a checkpoint barrier or at the end; now it is refused before training.
+    start = time.monotonic()
+    res = run_fail(train_args(corpus_100k, num_workers=3, worker_index=1, iter=20,
+                              output=tmp_path / "m3.h5", **common))
+    assert time.monotonic() - start < 60, res.describe()
+    assert "--num-workers 2" in res.stderr and "--num-workers 3" in res.stderr, res.describe()
+    assert any(e in res.stderr for e in endpoints), res.describe()
+    assert "training done" not in res.stderr and "words/s" not in res.stderr, res.describe()
+    assert not (tmp_path / "m3.h5").exists()
+    # The right count is accepted and trains.
+    run(train_args(corpus_100k, num_workers=2, worker_index=1, output=tmp_path / "m2.h5", **common))
+    assert (tmp_path / "m2.h5").exists()
+    # --restart starts the state afresh for the restarting worker's count.
+    run(train_args(corpus_100k, num_workers=3, worker_index=0, restart=True, **common))
+    res = run_fail(train_args(corpus_100k, num_workers=2, worker_index=1, **common))
+    assert "--num-workers 3" in res.stderr and "--num-workers 2" in res.stderr, res.describe()
