@@ -39,6 +39,13 @@ pub const CONTROL_TIMEOUT: Duration = Duration::from_secs(20);
 /// Words per CreateModel chunk (8 MiB of counts).
 const COUNTS_PER_CHUNK: usize = 1 << 20;
 
+/// At most this many adjust calls on each shard, all at lineage 0, some
+/// shards trained and some not: other workers' first calls may be in flight
+/// (their adjusts reach the shards one by one), and a reconciling worker
+/// reads the statuses again for up to 0.5 s before it calls the states
+/// different. More calls than any cluster keeps in flight.
+const FIRST_CALLS_IN_FLIGHT: u64 = 4096;
+
 /// How often [`Cluster::connect`] says which shards it is still waiting for.
 const WAITING_LOG_EVERY: Duration = Duration::from_secs(5);
 
@@ -525,6 +532,7 @@ impl Cluster {
         let mut rollback = begin == Begin::Rollback;
         let mut failed = failed;
         let mut restored = false;
+        let mut settling = 0;
         for _round in 0..20 {
             let seen = self.statuses(deadline).await?;
             if seen.iter().any(|s| s.model.is_none()) {
@@ -566,6 +574,22 @@ impl Cluster {
                         ""
                     }
                 );
+            }
+            // Other workers' first calls in flight: an adjust that has
+            // reached some shards and not yet the others looks like a shard
+            // restarted empty next to trained ones. Read again while it may
+            // pass, rather than roll every worker back to the start.
+            let first_calls = lineages.len() == 1
+                && lineages.contains(&0)
+                && trained > 0
+                && trained < models.len()
+                && models
+                    .iter()
+                    .all(|m| m.adjusts_since_base <= FIRST_CALLS_IN_FLIGHT);
+            if first_calls && !restart && !rollback && failed.is_none() && settling < 5 {
+                settling += 1;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
             }
             if consistent && !restart && !rollback && !suspect {
                 let (position, finished, record) = position_in(&models, common, worker)?;

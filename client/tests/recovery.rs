@@ -491,6 +491,63 @@ async fn a_diverged_model_is_refused_until_rolled_back() {
     }
 }
 
+/// Another worker's first call in flight when a worker starts: its adjust
+/// has reached one shard and not yet the other. That is no disagreement:
+/// the starting worker reads again and trains on, where it used to roll
+/// every worker back to the start (the soak of 2026-11-28: 26 calls of 8
+/// workers aborted at t = 1 s). An adjust that never comes still does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_workers_first_call_in_flight_is_not_a_disagreement() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let run = Run::new(dir.path());
+    let shards = [shard(None).await, shard(None).await];
+    let mut cluster = connect(&shards).await;
+    let fp = run.create(&mut cluster).await;
+    let negative = run.p.negative;
+    let on = |i: usize| GrpcShards::new(vec![cluster.shards()[i].clone()], fp, negative);
+    let mb = one_pair();
+    let weights = vec![0.5f32; 1 + negative as usize];
+    let mut shard1 = on(1);
+    one_call(&mut shard1, &mb, &weights).await;
+    // The call's adjust reaches shard 0 150 ms later, while the new worker reconciles.
+    let mut shard0 = on(0);
+    let late = {
+        let (mb, weights) = (mb.clone(), weights.clone());
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(150)).await;
+            one_call(&mut shard0, &mb, &weights).await;
+        })
+    };
+    let session = reconcile(&cluster, Begin::Resume).await;
+    late.await.expect("the late adjust");
+    assert!(!session.restored && session.lineage == 0, "{session:?}");
+    assert!(session.trained, "{session:?}");
+    for s in &shards {
+        let m = s.core.model(fp).expect("model");
+        assert_eq!(m.lineage(), 0, "no shard was restored");
+    }
+    // An adjust on one shard only that no other follows (a shard restarted
+    // empty next to a trained one looks the same): the states differ, and
+    // after the wait every shard goes back to the start.
+    let blank = [shard(None).await, shard(None).await];
+    let mut other = connect(&blank).await;
+    run.create(&mut other).await;
+    let mut one = GrpcShards::new(vec![other.shards()[1].clone()], fp, negative);
+    one_call(&mut one, &mb, &weights).await;
+    let session = reconcile(&other, Begin::Resume).await;
+    assert!(session.restored && session.version == 0, "{session:?}");
+    for s in shards.into_iter().chain(blank) {
+        s.stop().await;
+    }
+}
+
+/// One minibatch's dotprod and adjust on `shards`.
+async fn one_call(shards: &mut GrpcShards, mb: &Minibatch, weights: &[f32]) {
+    let mbs = std::slice::from_ref(mb);
+    shards.dotprod(mbs, &mut Vec::new()).await.expect("dotprod");
+    shards.adjust(mbs, weights).await.expect("adjust");
+}
+
 /// A minibatch of one pair (word 0 with context word 1).
 fn one_pair() -> Minibatch {
     Minibatch {
