@@ -549,8 +549,11 @@ impl Cluster {
             // The created state (lineage 0) is one state only while all
             // shards or none have been trained in it: a shard restarted
             // empty next to trained ones must not be trained with them.
-            let consistent = lineages.len() == 1
-                && !(lineages.contains(&0) && trained > 0 && trained < models.len());
+            let partly_trained = lineages.len() == 1
+                && lineages.contains(&0)
+                && trained > 0
+                && trained < models.len();
+            let consistent = lineages.len() == 1 && !partly_trained;
             let suspect =
                 consistent && !keep_on_failure && failed.is_some_and(|l| lineages.contains(&l));
             let diverged = seen.iter().find_map(|s| {
@@ -579,10 +582,7 @@ impl Cluster {
             // reached some shards and not yet the others looks like a shard
             // restarted empty next to trained ones. Read again while it may
             // pass, rather than roll every worker back to the start.
-            let first_calls = lineages.len() == 1
-                && lineages.contains(&0)
-                && trained > 0
-                && trained < models.len()
+            let first_calls = partly_trained
                 && models
                     .iter()
                     .all(|m| m.adjusts_since_base <= FIRST_CALLS_IN_FLIGHT);

@@ -253,10 +253,6 @@ struct Trained {
     final_checkpoint: Option<FinalCheckpoint>,
 }
 
-/// Whether a failed final checkpoint may succeed when tried again: a shard
-/// unreachable, restarting or of another lineage may come back; a shard
-/// that keeps no checkpoints (started without --data-dir), could not write
-/// one (INTERNAL: a full disk) or refuses the request will answer the same.
 /// Why the final checkpoint was not taken, and whether asking again could
 /// have mended it (the shards unreachable until --retry-timeout ran out).
 struct FinalCheckpoint {
@@ -264,6 +260,10 @@ struct FinalCheckpoint {
     heals: bool,
 }
 
+/// Whether a failed final checkpoint may succeed when tried again: a shard
+/// unreachable, restarting or of another lineage may come back; a shard
+/// that keeps no checkpoints (started without --data-dir), could not write
+/// one (INTERNAL: a full disk) or refuses the request will answer the same.
 fn final_checkpoint_heals(e: &anyhow::Error) -> bool {
     if e.is::<crate::checkpointer::WorkersMismatch>() {
         return false;

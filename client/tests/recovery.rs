@@ -504,7 +504,7 @@ async fn another_workers_first_call_in_flight_is_not_a_disagreement() {
     let mut cluster = connect(&shards).await;
     let fp = run.create(&mut cluster).await;
     let negative = run.p.negative;
-    let on = |i: usize| GrpcShards::new(vec![cluster.shards()[i].clone()], fp, negative);
+    let on = |i: usize| shard_of(&cluster, i, fp, negative);
     let mb = one_pair();
     let weights = vec![0.5f32; 1 + negative as usize];
     let mut shard1 = on(1);
@@ -532,13 +532,18 @@ async fn another_workers_first_call_in_flight_is_not_a_disagreement() {
     let blank = [shard(None).await, shard(None).await];
     let mut other = connect(&blank).await;
     run.create(&mut other).await;
-    let mut one = GrpcShards::new(vec![other.shards()[1].clone()], fp, negative);
+    let mut one = shard_of(&other, 1, fp, negative);
     one_call(&mut one, &mb, &weights).await;
     let session = reconcile(&other, Begin::Resume).await;
     assert!(session.restored && session.version == 0, "{session:?}");
     for s in shards.into_iter().chain(blank) {
         s.stop().await;
     }
+}
+
+/// Training calls to shard `i` of `cluster` alone.
+fn shard_of(cluster: &Cluster, i: usize, fp: u64, negative: u32) -> GrpcShards {
+    GrpcShards::new(vec![cluster.shards()[i].clone()], fp, negative)
 }
 
 /// One minibatch's dotprod and adjust on `shards`.
