@@ -37,8 +37,8 @@ if ! cargo machete --version >/dev/null 2>&1; then
   cargo install --locked cargo-machete >/dev/null
 fi
 
-if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c "import gensim, h5py, pytest, sklearn, prometheus_client" >/dev/null 2>&1; then
-  echo "setup: creating .venv with gensim, h5py, pytest, scikit-learn, prometheus-client" >&2
+if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c "import gensim, h5py, pytest, sklearn, prometheus_client, maturin" >/dev/null 2>&1; then
+  echo "setup: creating .venv with gensim, h5py, pytest, scikit-learn, prometheus-client, maturin" >&2
   python3 -m venv .venv
   .venv/bin/pip install -q --upgrade pip >/dev/null
   .venv/bin/pip install -q -r scripts/requirements.txt

@@ -2,8 +2,9 @@
 # The whole test suite, from a fresh clone: installs what the build needs
 # (scripts/setup.sh), checks formatting, unused dependencies and lints
 # (cargo fmt --check, cargo machete, clippy -D warnings), builds the release binaries, runs the Rust tests
-# (unit, property, integration with real shards on loopback), the Python tests
-# that read our outputs with h5py and gensim, and the deployment checks.
+# (unit, property, integration with real shards on loopback), installs the
+# Python package into .venv, runs the Python tests (they read our outputs with
+# h5py and gensim, and drive the package), and the deployment checks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -31,6 +32,9 @@ step cargo machete
 step cargo clippy --release --workspace --all-targets -- -D warnings
 step cargo build --release --workspace --bins
 step cargo nextest run --release --workspace --no-fail-fast
+# The Python package (python/), built by maturin from the same target
+# directory and profile, into the venv the Python tests run in.
+PATH="$PWD/.venv/bin:$PATH" step .venv/bin/pip install -q --no-build-isolation --force-reinstall --no-deps ./python
 COLONNADE_BIN_DIR="$PWD/target/release" step .venv/bin/python -m pytest -q --durations=15 tests/python
 if [ -x scripts/validate-deploy.sh ]; then
   step ./scripts/validate-deploy.sh

@@ -77,6 +77,14 @@ impl Interrupts {
         Self { phase }
     }
 
+    /// No handler: the phases are kept but nothing acts on Ctrl-C (a host
+    /// program stops the run through `Progress::interrupted` itself).
+    pub fn inert() -> Self {
+        Self {
+            phase: Arc::new(AtomicU8::new(PREPARING)),
+        }
+    }
+
     /// Training starts: embedded shards (`embedded`), or running ones.
     pub fn training(&self, embedded: bool) {
         let phase = if embedded {

@@ -152,18 +152,7 @@ async fn statuses(
 }
 
 async fn list(args: &ListArgs, connector: &Connector) -> anyhow::Result<()> {
-    let shards: Vec<ShardModels> = statuses(connector, &args.shards)
-        .await?
-        .into_iter()
-        .zip(&args.shards)
-        .map(|((_, s), endpoint)| ShardModels {
-            endpoint: endpoint.clone(),
-            version: s.version,
-            api_version: s.api_version,
-            persistent: s.persistent,
-            models: s.models.iter().map(ModelInfo::from).collect(),
-        })
-        .collect();
+    let shards = shard_models(connector, &args.shards).await?;
     if args.json {
         let json = serde_json::to_string_pretty(&serde_json::json!({ "shards": shards }))
             .context("JSON output")?;
@@ -172,6 +161,26 @@ async fn list(args: &ListArgs, connector: &Connector) -> anyhow::Result<()> {
         print!("{}", table(&shards));
     }
     Ok(())
+}
+
+/// Every model each of `endpoints` holds (what `models list` prints);
+/// errors name the shard.
+pub async fn shard_models(
+    connector: &Connector,
+    endpoints: &[String],
+) -> anyhow::Result<Vec<ShardModels>> {
+    Ok(statuses(connector, endpoints)
+        .await?
+        .into_iter()
+        .zip(endpoints)
+        .map(|((_, s), endpoint)| ShardModels {
+            endpoint: endpoint.clone(),
+            version: s.version,
+            api_version: s.api_version,
+            persistent: s.persistent,
+            models: s.models.iter().map(ModelInfo::from).collect(),
+        })
+        .collect())
 }
 
 /// The human-readable listing: one block per shard, one row per model.

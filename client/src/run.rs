@@ -23,17 +23,50 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// What a run reports to, and whether it takes over Ctrl-C: the command
+/// line's run installs its own SIGINT handler ([`Interrupts`]); a run
+/// embedded in another program (the Python package) is stopped through
+/// `progress.interrupted` by its host, which keeps its own signal handling.
+pub struct RunHooks {
+    pub progress: Arc<Progress>,
+    pub handle_signals: bool,
+}
+
+impl RunHooks {
+    /// The command line's: a fresh progress, Ctrl-C handled here.
+    pub fn command_line() -> Self {
+        Self {
+            progress: Arc::default(),
+            handle_signals: true,
+        }
+    }
+}
+
 /// Runs `colonnade train`: everything that can be checked without reading
 /// the corpus is checked first (flags, corpus files, outputs, then the
 /// running shards), so mistakes fail in the first second.
-pub async fn run_train(mut args: TrainArgs, connector: &Connector) -> anyhow::Result<TrainSummary> {
+pub async fn run_train(args: TrainArgs, connector: &Connector) -> anyhow::Result<TrainSummary> {
+    run_train_with(args, connector, RunHooks::command_line()).await
+}
+
+/// [`run_train`] reporting to `hooks.progress`, with or without taking
+/// over Ctrl-C.
+pub async fn run_train_with(
+    mut args: TrainArgs,
+    connector: &Connector,
+    hooks: RunHooks,
+) -> anyhow::Result<TrainSummary> {
     // No running shards named: one embedded shard, the single-machine mode.
     if args.shards.is_empty() && args.embedded_shards.is_none() {
         args.embedded_shards = Some(1);
     }
     validate(&args)?;
-    let progress = Arc::new(Progress::default());
-    let interrupts = Interrupts::install(Arc::clone(&progress));
+    let progress = hooks.progress;
+    let interrupts = if hooks.handle_signals {
+        Interrupts::install(Arc::clone(&progress))
+    } else {
+        Interrupts::inert()
+    };
     if args.graph.graph.is_none() && args.encoded.is_none() {
         check_corpus(&args.corpus, args.vocab.is_some(), args.iter)?;
     }

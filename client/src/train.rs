@@ -168,6 +168,11 @@ impl Progress {
         }
     }
 
+    /// The newest epoch a minibatch was trained in (0-based).
+    pub fn epoch(&self) -> u64 {
+        self.epoch.load(Relaxed)
+    }
+
     /// Mean loss per pair of each epoch's sampled minibatches.
     pub fn epoch_losses(&self) -> Vec<Option<f64>> {
         self.epoch_loss.lock().map_or_else(
