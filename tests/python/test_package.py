@@ -336,3 +336,54 @@ def test_pip_install_from_the_source_tree_into_a_clean_venv(tmp_path):
     kind = subprocess.run([str(venv / "bin" / "python"), "-c",
                            "import colonnade, gensim"], capture_output=True, text=True)
     assert kind.returncode != 0, "the clean venv must not have gensim"
+
+
+def other_interpreters() -> list[str]:
+    """CPython interpreters of other minor versions on this machine (pyenv's,
+    or on PATH), oldest and newest: the wheel is abi3, one for all of them."""
+    import glob
+    import shutil
+
+    found = {}
+    for minor in range(9, 20):
+        if minor == sys.version_info.minor:
+            continue
+        candidates = sorted(glob.glob(f"{Path.home()}/.pyenv/versions/3.{minor}.*/bin/python3.{minor}"))
+        candidates.append(shutil.which(f"python3.{minor}"))
+        for path in filter(None, candidates):
+            if subprocess.run([path, "-c", "import venv, ensurepip"], capture_output=True).returncode == 0:
+                found[minor] = path
+                break
+    return [found[m] for m in sorted(found)][:: max(1, len(found) - 1)] if found else []
+
+
+TINY = """
+import colonnade, sys
+m = colonnade.Word2Vec(sentences=[["a", "b", "c", "a", "b"]] * 200, vector_size=8, min_count=1, workers=1, epochs=2)
+print(sys.version_info[:2], type(m.wv).__name__, m.wv.vectors.shape, m.wv.most_similar("a", topn=1)[0][0])
+"""
+
+
+def test_one_abi3_wheel_serves_every_cpython_from_3_9(tmp_path):
+    """maturin builds one cp39-abi3 wheel; it installs and trains on the
+    oldest and newest other CPython this machine has (3.9 and 3.13 here)."""
+    wheels = tmp_path / "wheels"
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    built = subprocess.run([str(Path(sys.executable).parent / "maturin"), "build", "--release", "-q",
+                            "-m", "python/Cargo.toml", "-o", str(wheels)], cwd=REPO, env=env,
+                           capture_output=True, text=True, timeout=1200)
+    assert built.returncode == 0, built.stderr[-4000:]
+    (wheel,) = wheels.glob("*.whl")
+    assert "-cp39-abi3-" in wheel.name, wheel.name
+    pythons = other_interpreters()
+    assert pythons, "no other CPython on this machine to install the wheel into"
+    for python in pythons:
+        venv = tmp_path / f"venv-{Path(python).name}"
+        subprocess.run([python, "-m", "venv", str(venv)], check=True)
+        pip = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", str(wheel)],
+                             capture_output=True, text=True, timeout=600)
+        assert pip.returncode == 0, pip.stderr[-4000:]
+        res = subprocess.run([str(venv / "bin" / "python"), "-c", TINY], capture_output=True, text=True,
+                             timeout=300, env=clean_env())
+        assert res.returncode == 0, res.stderr[-4000:]
+        assert "Vectors (3, 8)" in res.stdout, res.stdout
