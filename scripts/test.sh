@@ -30,7 +30,11 @@ step cargo machete
 # --release: the proc-macros and build scripts it compiles are then the same
 # artifacts the release build below uses (a dev-profile clippy compiled them twice).
 step cargo clippy --release --workspace --all-targets -- -D warnings
-step cargo build --release --workspace --bins
+# --tests as well: with the test targets in the same build, the dependencies'
+# features are unified once (dev-dependencies change those of serde, rand,
+# tonic, ...), so nextest below reuses everything instead of compiling the
+# workspace a second time (that second compile took ~4 minutes).
+step cargo build --release --workspace --bins --tests
 step cargo nextest run --release --workspace --no-fail-fast
 # The Python package (python/), built by maturin from the same target
 # directory and profile, into the venv the Python tests run in.
