@@ -14,6 +14,11 @@ from . import _native
 from ._vectors import PathLike, load
 
 
+def _hex(fingerprint: Union[str, int]) -> str:
+    """A model's fingerprint as the CLI takes it (16 hex digits)."""
+    return f"{fingerprint:016x}" if isinstance(fingerprint, int) else fingerprint
+
+
 class Cluster:
     """Shards at ``shards`` (``host:port``, in shard order). ``tls`` is a
     dict with ``ca`` (the CA that signed the shards' certificates) and,
@@ -82,9 +87,7 @@ class Cluster:
 
     def drop(self, fingerprint: Union[str, int], delete_checkpoints: bool = False) -> None:
         """Drops a model from every shard (``colonnade models drop``)."""
-        if isinstance(fingerprint, int):
-            fingerprint = f"{fingerprint:016x}"
-        argv = ["models", "drop", "--fingerprint", fingerprint] + self._connect_args()
+        argv = ["models", "drop", "--fingerprint", _hex(fingerprint)] + self._connect_args()
         if delete_checkpoints:
             argv.append("--delete-checkpoints")
         _native.run(argv)
@@ -106,9 +109,7 @@ class Cluster:
             out = os.fspath(output) if output is not None else os.path.join(tmp, "model.h5")
             argv = ["export", "--vocab", os.fspath(vocab), "--output", out] + self._connect_args()
             if fingerprint is not None:
-                if isinstance(fingerprint, int):
-                    fingerprint = f"{fingerprint:016x}"
-                argv += ["--fingerprint", fingerprint]
+                argv += ["--fingerprint", _hex(fingerprint)]
             _native.run(argv + [str(a) for a in extra_args])
             return load(out)
 

@@ -127,14 +127,10 @@ async fn command(cli: Cli, hooks: RunHooks) -> Outcome {
                     colonnade_client::models::shard_models(&connector, &list.shards).await?;
                 Ok(Some(serde_json::json!({ "shards": shards }).to_string()))
             }
-            drop => {
-                let cli = Cli {
-                    command: Command::Models(colonnade_client::models::ModelsArgs {
-                        command: drop,
-                    }),
-                    log: cli.log,
-                };
-                colonnade_client::cli::run(cli).await.map(|()| None)
+            command => {
+                colonnade_client::models::run(colonnade_client::models::ModelsArgs { command })
+                    .await
+                    .map(|()| None)
             }
         },
         _ => colonnade_client::cli::run(cli).await.map(|()| None),
@@ -182,13 +178,12 @@ fn read_vectors(
         .detach(|| colonnade_formats::read_vectors(&path))
         .map_err(|e| PyValueError::new_err(e.to_string()))?;
     let (rows, dim) = vectors.matrix.dim();
-    let data = match vectors.matrix.as_slice() {
-        Some(s) => PyByteArray::new(py, bytemuck::cast_slice(s)),
-        None => {
-            let owned: Vec<f32> = vectors.matrix.iter().copied().collect();
-            PyByteArray::new(py, bytemuck::cast_slice(&owned))
-        }
-    };
+    // The readers build row-major arrays, so this borrows (no copy).
+    let matrix = vectors.matrix.as_standard_layout();
+    let values = matrix
+        .as_slice()
+        .expect("a standard-layout array is one contiguous slice");
+    let data = PyByteArray::new(py, bytemuck::cast_slice(values));
     Ok((vectors.words, data.unbind(), rows, dim))
 }
 
@@ -212,10 +207,8 @@ fn write_word2vec(
             data.len()
         )));
     }
-    let rows: Vec<f32> = data
-        .chunks_exact(4)
-        .map(|b| f32::from_le_bytes(b.try_into().unwrap_or_default()))
-        .collect();
+    // Python's bytes need not be 4-byte aligned: copied into f32s.
+    let rows: Vec<f32> = bytemuck::pod_collect_to_vec(data);
     py.detach(|| {
         let encoding = if binary {
             colonnade_formats::word2vec::Encoding::Binary
