@@ -30,10 +30,10 @@ step cargo machete
 # --release: the proc-macros and build scripts it compiles are then the same
 # artifacts the release build below uses (a dev-profile clippy compiled them twice).
 step cargo clippy --release --workspace --all-targets -- -D warnings
-# --tests as well: nextest below then compiles nothing (dev-dependencies add
-# features to serde and getrandom, so a --bins build left it ~360 s of
-# recompiling); the package's build (non-test features) then recompiles
-# the chain instead (~190 s against ~60 s). Net ~20 s; aligning the features is the real fix.
+# --tests as well: nextest below then compiles nothing. The package's build
+# (no dev-dependencies) reuses these artifacts and compiles only itself and
+# pyo3 (~50 s): common/Cargo.toml turns on the features the dev-dependencies
+# would otherwise add to the test build alone (serde, getrandom, regex, either).
 step cargo build --release --workspace --bins --tests
 step cargo nextest run --release --workspace --no-fail-fast
 # The Python package (python/), built by maturin from the same target
