@@ -1,0 +1,295 @@
+#!/usr/bin/env python3
+"""Does sharing negatives among an input position's pairs cost quality? (issue 43)
+
+A shard's CPU per token is mostly a fixed cost per dot product (drawing,
+planning and visiting its target), paid again by every shard. Skip-gram
+draws `negative` negatives per (input, context) pair; an input position with
+w context words has w·(1 + negative) dot products. If a position's pairs
+shared K negatives, each weighted w·negative/K (the same expected gradient),
+their dot products with the position's input row are the same for every pair
+and are computed once: w + K dot products (11.7 instead of 34 at window 5,
+negative 5, K = 5). Ji et al. (2016; BlazingText's section 2) share negatives
+across a window for the same reason. This script measures what the sharing
+costs in quality before the protocol is changed, with one independent
+single-threaded trainer (numba) for every mode, so that only the negatives
+differ:
+
+- `pair`: `negative` fresh negatives per pair (Colonnade's orientation: the
+  input row is the position's word, its context words are the positives);
+- `shared-K`: K negatives per input position, each weighted w·negative/K.
+  Both defer the input row's update to the end of its position (as
+  Colonnade's minibatches do); output rows are updated at once.
+- `c-pair`: word2vec C's orientation (each context word's input row against
+  the centre word and `negative` fresh negatives per pair);
+- `c-window`: the same, the `negative` negatives drawn once per window and
+  used by every pair of it (Ji et al.): still w·(1 + n) dot products, each
+  pair its own, but 1 + n output rows per window instead of w·(1 + n), and n
+  draws instead of w·n. Subsampling,
+the shrunk window, the unigram^0.75 table and the linear rate schedule are
+word2vec's. Evaluation: the same as every bench script (analogies restricted
+to the 30K most frequent words, WS-353).
+
+Needs numba in .venv (not a project dependency): .venv/bin/pip install numba
+
+    .venv/bin/python bench/shared_negatives.py --modes pair,shared-5,shared-10 --seeds 1,2
+    .venv/bin/python bench/shared_negatives.py --modes c-pair,c-window --seeds 1,2
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import lzma
+import time
+from pathlib import Path
+
+import numpy as np
+
+try:
+    from numba import njit
+except ImportError as e:  # pragma: no cover - a bench-only dependency
+    raise SystemExit("bench/shared_negatives.py needs numba: .venv/bin/pip install numba") from e
+
+REPO = Path(__file__).resolve().parent.parent
+DATA = REPO.parent / "shared" / "data"
+
+
+@njit(cache=True, fastmath=True)
+def _train(corpus, keep, syn0, syn1, table, window, negative, shared_k, alpha0, min_alpha, seed, epochs):
+    np.random.seed(seed)
+    dim = syn0.shape[1]
+    n_tokens = corpus.shape[0]
+    total = n_tokens * epochs
+    sen = np.empty(1000, dtype=np.int32)
+    neu = np.zeros(dim, dtype=np.float32)
+    negs = np.empty(max(shared_k, 1), dtype=np.int32)
+    table_n = table.shape[0]
+    done = 0
+    loss = 0.0
+    for _ in range(epochs):
+        pos = 0
+        while pos < n_tokens:
+            # One sentence: up to 1,000 kept words (word2vec's MAX_SENTENCE_LENGTH).
+            n = 0
+            while n < 1000 and pos < n_tokens:
+                w = corpus[pos]
+                pos += 1
+                if keep[w] >= 1.0 or keep[w] >= np.random.random():
+                    sen[n] = w
+                    n += 1
+            done_frac = (done + pos) / total
+            alpha = max(alpha0 - (alpha0 - min_alpha) * done_frac, min_alpha)
+            for t in range(n):
+                word = sen[t]
+                b = np.random.randint(0, window)
+                lo = max(0, t - (window - b))
+                hi = min(n, t + (window - b) + 1)
+                pairs = hi - lo - 1
+                if pairs <= 0:
+                    continue
+                for j in range(dim):
+                    neu[j] = 0.0
+                if shared_k > 0:
+                    for k in range(shared_k):
+                        negs[k] = table[np.random.randint(0, table_n)]
+                for c in range(lo, hi):
+                    if c == t:
+                        continue
+                    ctx = sen[c]
+                    # The positive.
+                    f = 0.0
+                    for j in range(dim):
+                        f += syn0[word, j] * syn1[ctx, j]
+                    s = 1.0 / (1.0 + np.exp(-max(min(f, 30.0), -30.0)))
+                    g = (1.0 - s) * alpha
+                    loss -= np.log(max(s, 1e-12))
+                    for j in range(dim):
+                        neu[j] += g * syn1[ctx, j]
+                        syn1[ctx, j] += g * syn0[word, j]
+                    if shared_k == 0:
+                        for _d in range(negative):
+                            tgt = table[np.random.randint(0, table_n)]
+                            if tgt == ctx:
+                                continue
+                            f = 0.0
+                            for j in range(dim):
+                                f += syn0[word, j] * syn1[tgt, j]
+                            s = 1.0 / (1.0 + np.exp(-max(min(f, 30.0), -30.0)))
+                            g = -s * alpha
+                            for j in range(dim):
+                                neu[j] += g * syn1[tgt, j]
+                                syn1[tgt, j] += g * syn0[word, j]
+                if shared_k > 0:
+                    # Each shared negative stands for pairs·negative/K of them:
+                    # one dot product, its step weighted.
+                    # A negative equal to a pair's context stands for none
+                    # of that pair's (word2vec skips it).
+                    for k in range(shared_k):
+                        tgt = negs[k]
+                        same = 0
+                        for c in range(lo, hi):
+                            if c != t and sen[c] == tgt:
+                                same += 1
+                        if same == pairs:
+                            continue
+                        weight = (pairs - same) * negative / shared_k
+                        f = 0.0
+                        for j in range(dim):
+                            f += syn0[word, j] * syn1[tgt, j]
+                        s = 1.0 / (1.0 + np.exp(-max(min(f, 30.0), -30.0)))
+                        g = -s * alpha * weight
+                        for j in range(dim):
+                            neu[j] += g * syn1[tgt, j]
+                            syn1[tgt, j] += g * syn0[word, j]
+                for j in range(dim):
+                    syn0[word, j] += neu[j]
+        done += n_tokens
+    return loss
+
+
+@njit(cache=True, fastmath=True)
+def _train_c(corpus, keep, syn0, syn1, table, window, negative, share, alpha0, min_alpha, seed, epochs):
+    """word2vec C's orientation: each context word's input row against the
+    centre word and `negative` negatives; `share`: the negatives drawn once
+    per window and used by all its pairs (Ji et al.), else per pair."""
+    np.random.seed(seed)
+    dim = syn0.shape[1]
+    n_tokens = corpus.shape[0]
+    total = n_tokens * epochs
+    sen = np.empty(1000, dtype=np.int32)
+    neu = np.zeros(dim, dtype=np.float32)
+    negs = np.empty(negative, dtype=np.int32)
+    table_n = table.shape[0]
+    done = 0
+    for _ in range(epochs):
+        pos = 0
+        while pos < n_tokens:
+            n = 0
+            while n < 1000 and pos < n_tokens:
+                w = corpus[pos]
+                pos += 1
+                if keep[w] >= 1.0 or keep[w] >= np.random.random():
+                    sen[n] = w
+                    n += 1
+            done_frac = (done + pos) / total
+            alpha = max(alpha0 - (alpha0 - min_alpha) * done_frac, min_alpha)
+            for t in range(n):
+                word = sen[t]
+                b = np.random.randint(0, window)
+                lo = max(0, t - (window - b))
+                hi = min(n, t + (window - b) + 1)
+                if share:
+                    for k in range(negative):
+                        negs[k] = table[np.random.randint(0, table_n)]
+                for c in range(lo, hi):
+                    if c == t:
+                        continue
+                    ctx = sen[c]
+                    for j in range(dim):
+                        neu[j] = 0.0
+                    for d in range(negative + 1):
+                        if d == 0:
+                            tgt = word
+                            label = 1.0
+                        else:
+                            tgt = negs[d - 1] if share else table[np.random.randint(0, table_n)]
+                            if tgt == word:
+                                continue
+                            label = 0.0
+                        f = 0.0
+                        for j in range(dim):
+                            f += syn0[ctx, j] * syn1[tgt, j]
+                        s = 1.0 / (1.0 + np.exp(-max(min(f, 30.0), -30.0)))
+                        g = (label - s) * alpha
+                        for j in range(dim):
+                            neu[j] += g * syn1[tgt, j]
+                            syn1[tgt, j] += g * syn0[ctx, j]
+                    for j in range(dim):
+                        syn0[ctx, j] += neu[j]
+        done += n_tokens
+    return 0.0
+
+
+def load_corpus(path: Path, min_count: int):
+    with lzma.open(path, "rt", encoding="utf-8") as f:
+        tokens = f.read().split()
+    counts = collections.Counter(tokens)
+    words = [w for w, c in sorted(counts.items(), key=lambda x: (-x[1], x[0])) if c >= min_count]
+    index = {w: i for i, w in enumerate(words)}
+    ids = np.fromiter((index.get(t, -1) for t in tokens), dtype=np.int32, count=len(tokens))
+    ids = ids[ids >= 0]
+    freq = np.array([counts[w] for w in words], dtype=np.float64)
+    return words, freq, ids
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--corpus", type=Path, default=DATA / "corpus" / "enwiki_text8style_part01.txt.xz")
+    p.add_argument("--eval-dir", type=Path, default=DATA / "eval")
+    p.add_argument("--modes", default="pair,shared-5,shared-10")
+    p.add_argument("--seeds", default="1,2")
+    p.add_argument("--size", type=int, default=100)
+    p.add_argument("--window", type=int, default=5)
+    p.add_argument("--negative", type=int, default=5)
+    p.add_argument("--sample", type=float, default=1e-4)
+    p.add_argument("--alpha", type=float, default=0.025)
+    p.add_argument("--epochs", type=int, default=1)
+    p.add_argument("--min-count", type=int, default=5)
+    p.add_argument("--out", type=Path, default=None)
+    args = p.parse_args()
+
+    import sys
+    sys.path.insert(0, str(REPO / "bench"))
+    from _common import evaluate  # noqa: E402
+    from gensim.models import KeyedVectors
+
+    t0 = time.time()
+    words, freq, ids = load_corpus(args.corpus, args.min_count)
+    print(f"corpus: {ids.size:,} tokens, {len(words):,} words ({time.time() - t0:.0f} s)", flush=True)
+    threshold = args.sample * freq.sum()
+    keep = ((np.sqrt(freq / threshold) + 1) * threshold / freq).astype(np.float32) if args.sample > 0 \
+        else np.ones(len(words), dtype=np.float32)
+    pw = freq ** 0.75
+    table = np.repeat(np.arange(len(words), dtype=np.int32),
+                      np.maximum(1, np.round(pw / pw.sum() * 10_000_000)).astype(np.int64))
+    rows = []
+    work = Path("/tmp/colonnade-shared-negatives")
+    work.mkdir(exist_ok=True)
+    for seed in [int(s) for s in args.seeds.split(",")]:
+        for mode in args.modes.split(","):
+            k = 0 if mode in ("pair", "c-pair", "c-window") else int(mode.split("-")[1])
+            rng = np.random.default_rng(seed)
+            syn0 = ((rng.random((len(words), args.size), dtype=np.float32) - 0.5) / args.size).astype(np.float32)
+            syn1 = np.zeros((len(words), args.size), dtype=np.float32)
+            t = time.time()
+            if mode.startswith("c-"):
+                _train_c(ids, keep, syn0, syn1, table, args.window, args.negative, mode == "c-window",
+                         args.alpha, args.alpha * 1e-4, seed, args.epochs)
+            else:
+                _train(ids, keep, syn0, syn1, table, args.window, args.negative, k, args.alpha,
+                       args.alpha * 1e-4, seed, args.epochs)
+            secs = time.time() - t
+            kv = KeyedVectors(args.size)
+            kv.add_vectors(words, syn0)
+            path = work / f"{mode}-{seed}.bin"
+            kv.save_word2vec_format(str(path), binary=True)
+            ev = evaluate(path, args.eval_dir)
+            row = {"mode": mode, "seed": seed, "seconds": secs, "words_per_s": ids.size * args.epochs / secs,
+                   "analogy": ev["analogy_accuracy"], "ws353": ev["ws353_spearman"]}
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    print("\n| mode | dot products per position | seeds | analogy % (each) | WS-353 ρ (each) |\n|---|---|---:|---|---|")
+    for mode in args.modes.split(","):
+        rs = [r for r in rows if r["mode"] == mode]
+        dots = {"pair": "w·(1 + n)", "c-pair": "w·(1 + n)", "c-window": "w·(1 + n), 1 + n rows"}.get(
+            mode, f"w + {mode.split('-')[-1]}")
+        print(f"| {mode} | {dots} | {len(rs)} | " + " / ".join(f"{100 * r['analogy']:.2f}" for r in rs)
+              + " | " + " / ".join(f"{r['ws353']:.3f}" for r in rs) + " |")
+    out = args.out or REPO / "bench" / "results" / f"shared-negatives-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    out.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "rows": rows}, indent=1))
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
