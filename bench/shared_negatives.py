@@ -55,6 +55,41 @@ DATA = REPO.parent / "shared" / "data"
 
 
 @njit(cache=True, fastmath=True)
+def _sentence(corpus, keep, pos, sen):
+    """The next sentence from `pos`: up to 1,000 kept words (word2vec's
+    MAX_SENTENCE_LENGTH), subsampled; returns its length and the new `pos`."""
+    n = 0
+    while n < 1000 and pos < corpus.shape[0]:
+        w = corpus[pos]
+        pos += 1
+        if keep[w] >= 1.0 or keep[w] >= np.random.random():
+            sen[n] = w
+            n += 1
+    return n, pos
+
+
+@njit(cache=True, fastmath=True)
+def _window(t, n, window):
+    """The shrunk window around position t of a sentence of n words."""
+    b = np.random.randint(0, window)
+    return max(0, t - (window - b)), min(n, t + (window - b) + 1)
+
+
+@njit(cache=True, fastmath=True)
+def _step(syn0, i, syn1, o, label, scale, neu):
+    """One dot product u_i·v_o and its update: v_o at once, u_i's into `neu`."""
+    dim = syn0.shape[1]
+    f = 0.0
+    for j in range(dim):
+        f += syn0[i, j] * syn1[o, j]
+    s = 1.0 / (1.0 + np.exp(-max(min(f, 30.0), -30.0)))
+    g = (label - s) * scale
+    for j in range(dim):
+        neu[j] += g * syn1[o, j]
+        syn1[o, j] += g * syn0[i, j]
+
+
+@njit(cache=True, fastmath=True)
 def _train(corpus, keep, syn0, syn1, table, window, negative, shared_k, alpha0, min_alpha, seed, epochs):
     np.random.seed(seed)
     dim = syn0.shape[1]
@@ -65,25 +100,14 @@ def _train(corpus, keep, syn0, syn1, table, window, negative, shared_k, alpha0, 
     negs = np.empty(max(shared_k, 1), dtype=np.int32)
     table_n = table.shape[0]
     done = 0
-    loss = 0.0
     for _ in range(epochs):
         pos = 0
         while pos < n_tokens:
-            # One sentence: up to 1,000 kept words (word2vec's MAX_SENTENCE_LENGTH).
-            n = 0
-            while n < 1000 and pos < n_tokens:
-                w = corpus[pos]
-                pos += 1
-                if keep[w] >= 1.0 or keep[w] >= np.random.random():
-                    sen[n] = w
-                    n += 1
-            done_frac = (done + pos) / total
-            alpha = max(alpha0 - (alpha0 - min_alpha) * done_frac, min_alpha)
+            n, pos = _sentence(corpus, keep, pos, sen)
+            alpha = max(alpha0 - (alpha0 - min_alpha) * ((done + pos) / total), min_alpha)
             for t in range(n):
                 word = sen[t]
-                b = np.random.randint(0, window)
-                lo = max(0, t - (window - b))
-                hi = min(n, t + (window - b) + 1)
+                lo, hi = _window(t, n, window)
                 pairs = hi - lo - 1
                 if pairs <= 0:
                     continue
@@ -96,55 +120,27 @@ def _train(corpus, keep, syn0, syn1, table, window, negative, shared_k, alpha0, 
                     if c == t:
                         continue
                     ctx = sen[c]
-                    # The positive.
-                    f = 0.0
-                    for j in range(dim):
-                        f += syn0[word, j] * syn1[ctx, j]
-                    s = 1.0 / (1.0 + np.exp(-max(min(f, 30.0), -30.0)))
-                    g = (1.0 - s) * alpha
-                    loss -= np.log(max(s, 1e-12))
-                    for j in range(dim):
-                        neu[j] += g * syn1[ctx, j]
-                        syn1[ctx, j] += g * syn0[word, j]
+                    _step(syn0, word, syn1, ctx, 1.0, alpha, neu)
                     if shared_k == 0:
                         for _d in range(negative):
                             tgt = table[np.random.randint(0, table_n)]
-                            if tgt == ctx:
-                                continue
-                            f = 0.0
-                            for j in range(dim):
-                                f += syn0[word, j] * syn1[tgt, j]
-                            s = 1.0 / (1.0 + np.exp(-max(min(f, 30.0), -30.0)))
-                            g = -s * alpha
-                            for j in range(dim):
-                                neu[j] += g * syn1[tgt, j]
-                                syn1[tgt, j] += g * syn0[word, j]
-                if shared_k > 0:
-                    # Each shared negative stands for pairs·negative/K of them:
-                    # one dot product, its step weighted.
-                    # A negative equal to a pair's context stands for none
-                    # of that pair's (word2vec skips it).
-                    for k in range(shared_k):
-                        tgt = negs[k]
-                        same = 0
-                        for c in range(lo, hi):
-                            if c != t and sen[c] == tgt:
-                                same += 1
-                        if same == pairs:
-                            continue
-                        weight = (pairs - same) * negative / shared_k
-                        f = 0.0
-                        for j in range(dim):
-                            f += syn0[word, j] * syn1[tgt, j]
-                        s = 1.0 / (1.0 + np.exp(-max(min(f, 30.0), -30.0)))
-                        g = -s * alpha * weight
-                        for j in range(dim):
-                            neu[j] += g * syn1[tgt, j]
-                            syn1[tgt, j] += g * syn0[word, j]
+                            if tgt != ctx:
+                                _step(syn0, word, syn1, tgt, 0.0, alpha, neu)
+                # Each shared negative stands for (pairs − those whose context
+                # it is)·negative/K of them: one dot product, its step weighted
+                # (a negative equal to a pair's context stands for none of
+                # that pair's: word2vec skips it).
+                for k in range(shared_k):
+                    tgt = negs[k]
+                    same = 0
+                    for c in range(lo, hi):
+                        if c != t and sen[c] == tgt:
+                            same += 1
+                    if same < pairs:
+                        _step(syn0, word, syn1, tgt, 0.0, alpha * (pairs - same) * negative / shared_k, neu)
                 for j in range(dim):
                     syn0[word, j] += neu[j]
         done += n_tokens
-    return loss
 
 
 @njit(cache=True, fastmath=True)
@@ -164,20 +160,11 @@ def _train_c(corpus, keep, syn0, syn1, table, window, negative, share, alpha0, m
     for _ in range(epochs):
         pos = 0
         while pos < n_tokens:
-            n = 0
-            while n < 1000 and pos < n_tokens:
-                w = corpus[pos]
-                pos += 1
-                if keep[w] >= 1.0 or keep[w] >= np.random.random():
-                    sen[n] = w
-                    n += 1
-            done_frac = (done + pos) / total
-            alpha = max(alpha0 - (alpha0 - min_alpha) * done_frac, min_alpha)
+            n, pos = _sentence(corpus, keep, pos, sen)
+            alpha = max(alpha0 - (alpha0 - min_alpha) * ((done + pos) / total), min_alpha)
             for t in range(n):
                 word = sen[t]
-                b = np.random.randint(0, window)
-                lo = max(0, t - (window - b))
-                hi = min(n, t + (window - b) + 1)
+                lo, hi = _window(t, n, window)
                 if share:
                     for k in range(negative):
                         negs[k] = table[np.random.randint(0, table_n)]
@@ -187,27 +174,14 @@ def _train_c(corpus, keep, syn0, syn1, table, window, negative, share, alpha0, m
                     ctx = sen[c]
                     for j in range(dim):
                         neu[j] = 0.0
-                    for d in range(negative + 1):
-                        if d == 0:
-                            tgt = word
-                            label = 1.0
-                        else:
-                            tgt = negs[d - 1] if share else table[np.random.randint(0, table_n)]
-                            if tgt == word:
-                                continue
-                            label = 0.0
-                        f = 0.0
-                        for j in range(dim):
-                            f += syn0[ctx, j] * syn1[tgt, j]
-                        s = 1.0 / (1.0 + np.exp(-max(min(f, 30.0), -30.0)))
-                        g = (label - s) * alpha
-                        for j in range(dim):
-                            neu[j] += g * syn1[tgt, j]
-                            syn1[tgt, j] += g * syn0[ctx, j]
+                    _step(syn0, ctx, syn1, word, 1.0, alpha, neu)
+                    for d in range(negative):
+                        tgt = negs[d] if share else table[np.random.randint(0, table_n)]
+                        if tgt != word:
+                            _step(syn0, ctx, syn1, tgt, 0.0, alpha, neu)
                     for j in range(dim):
                         syn0[ctx, j] += neu[j]
         done += n_tokens
-    return 0.0
 
 
 def load_corpus(path: Path, min_count: int):
