@@ -180,9 +180,11 @@ fn read_vectors(
     let (rows, dim) = vectors.matrix.dim();
     // The readers build row-major arrays, so this borrows (no copy).
     let matrix = vectors.matrix.as_standard_layout();
-    let values = matrix
-        .as_slice()
-        .expect("a standard-layout array is one contiguous slice");
+    let values = matrix.as_slice().ok_or_else(|| {
+        PyRuntimeError::new_err(format!(
+            "{path:?}: its vectors are not one contiguous array"
+        ))
+    })?;
     let data = PyByteArray::new(py, bytemuck::cast_slice(values));
     Ok((vectors.words, data.unbind(), rows, dim))
 }
