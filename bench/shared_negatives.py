@@ -90,72 +90,75 @@ def _step(syn0, i, syn1, o, label, scale, neu):
 
 
 @njit(cache=True, fastmath=True)
-def _train(corpus, keep, syn0, syn1, table, window, negative, shared_k, alpha0, min_alpha, seed, epochs):
-    np.random.seed(seed)
-    dim = syn0.shape[1]
-    n_tokens = corpus.shape[0]
-    total = n_tokens * epochs
-    sen = np.empty(1000, dtype=np.int32)
-    neu = np.zeros(dim, dtype=np.float32)
-    negs = np.empty(max(shared_k, 1), dtype=np.int32)
-    table_n = table.shape[0]
-    done = 0
-    for _ in range(epochs):
-        pos = 0
-        while pos < n_tokens:
-            n, pos = _sentence(corpus, keep, pos, sen)
-            alpha = max(alpha0 - (alpha0 - min_alpha) * ((done + pos) / total), min_alpha)
-            for t in range(n):
-                word = sen[t]
-                lo, hi = _window(t, n, window)
-                pairs = hi - lo - 1
-                if pairs <= 0:
-                    continue
-                for j in range(dim):
-                    neu[j] = 0.0
-                if shared_k > 0:
-                    for k in range(shared_k):
-                        negs[k] = table[np.random.randint(0, table_n)]
-                for c in range(lo, hi):
-                    if c == t:
-                        continue
-                    ctx = sen[c]
-                    _step(syn0, word, syn1, ctx, 1.0, alpha, neu)
-                    if shared_k == 0:
-                        for _d in range(negative):
-                            tgt = table[np.random.randint(0, table_n)]
-                            if tgt != ctx:
-                                _step(syn0, word, syn1, tgt, 0.0, alpha, neu)
-                # Each shared negative stands for (pairs − those whose context
-                # it is)·negative/K of them: one dot product, its step weighted
-                # (a negative equal to a pair's context stands for none of
-                # that pair's: word2vec skips it).
-                for k in range(shared_k):
-                    tgt = negs[k]
-                    same = 0
-                    for c in range(lo, hi):
-                        if c != t and sen[c] == tgt:
-                            same += 1
-                    if same < pairs:
-                        _step(syn0, word, syn1, tgt, 0.0, alpha * (pairs - same) * negative / shared_k, neu)
-                for j in range(dim):
-                    syn0[word, j] += neu[j]
-        done += n_tokens
+def _position(syn0, syn1, sen, t, lo, hi, table, negative, shared_k, negs, alpha, neu):
+    """Colonnade's orientation: the input row of the word at t against its
+    context words, with `negative` fresh negatives per pair (shared_k 0) or
+    shared_k negatives for all its pairs."""
+    word = sen[t]
+    pairs = hi - lo - 1
+    if pairs <= 0:
+        return
+    neu[:] = 0.0
+    for k in range(shared_k):
+        negs[k] = table[np.random.randint(0, table.shape[0])]
+    for c in range(lo, hi):
+        if c == t:
+            continue
+        ctx = sen[c]
+        _step(syn0, word, syn1, ctx, 1.0, alpha, neu)
+        if shared_k == 0:
+            for _d in range(negative):
+                tgt = table[np.random.randint(0, table.shape[0])]
+                if tgt != ctx:
+                    _step(syn0, word, syn1, tgt, 0.0, alpha, neu)
+    # Each shared negative stands for (pairs − those whose context it is)·
+    # negative/K of them: one dot product, its step weighted (a negative
+    # equal to a pair's context stands for none of that pair's: word2vec
+    # skips it).
+    for k in range(shared_k):
+        tgt = negs[k]
+        same = 0
+        for c in range(lo, hi):
+            if c != t and sen[c] == tgt:
+                same += 1
+        if same < pairs:
+            _step(syn0, word, syn1, tgt, 0.0, alpha * (pairs - same) * negative / shared_k, neu)
+    syn0[word] += neu
 
 
 @njit(cache=True, fastmath=True)
-def _train_c(corpus, keep, syn0, syn1, table, window, negative, share, alpha0, min_alpha, seed, epochs):
+def _position_c(syn0, syn1, sen, t, lo, hi, table, negative, share, negs, alpha, neu):
     """word2vec C's orientation: each context word's input row against the
-    centre word and `negative` negatives; `share`: the negatives drawn once
-    per window and used by all its pairs (Ji et al.), else per pair."""
+    word at t and `negative` negatives, drawn per pair, or (`share`) once per
+    window for all its pairs (Ji et al.)."""
+    word = sen[t]
+    if share:
+        for k in range(negative):
+            negs[k] = table[np.random.randint(0, table.shape[0])]
+    for c in range(lo, hi):
+        if c == t:
+            continue
+        ctx = sen[c]
+        neu[:] = 0.0
+        _step(syn0, ctx, syn1, word, 1.0, alpha, neu)
+        for d in range(negative):
+            tgt = negs[d] if share else table[np.random.randint(0, table.shape[0])]
+            if tgt != word:
+                _step(syn0, ctx, syn1, tgt, 0.0, alpha, neu)
+        syn0[ctx] += neu
+
+
+@njit(cache=True, fastmath=True)
+def _train(corpus, keep, syn0, syn1, table, window, negative, shared_k, c_orientation, share,
+           alpha0, min_alpha, seed, epochs):
+    """Sentences, windows and the rate schedule as word2vec's; each position
+    trained by [`_position`] or (`c_orientation`) [`_position_c`]."""
     np.random.seed(seed)
-    dim = syn0.shape[1]
     n_tokens = corpus.shape[0]
     total = n_tokens * epochs
     sen = np.empty(1000, dtype=np.int32)
-    neu = np.zeros(dim, dtype=np.float32)
-    negs = np.empty(negative, dtype=np.int32)
-    table_n = table.shape[0]
+    neu = np.zeros(syn0.shape[1], dtype=np.float32)
+    negs = np.empty(max(shared_k, negative, 1), dtype=np.int32)
     done = 0
     for _ in range(epochs):
         pos = 0
@@ -163,26 +166,12 @@ def _train_c(corpus, keep, syn0, syn1, table, window, negative, share, alpha0, m
             n, pos = _sentence(corpus, keep, pos, sen)
             alpha = max(alpha0 - (alpha0 - min_alpha) * ((done + pos) / total), min_alpha)
             for t in range(n):
-                word = sen[t]
                 lo, hi = _window(t, n, window)
-                if share:
-                    for k in range(negative):
-                        negs[k] = table[np.random.randint(0, table_n)]
-                for c in range(lo, hi):
-                    if c == t:
-                        continue
-                    ctx = sen[c]
-                    for j in range(dim):
-                        neu[j] = 0.0
-                    _step(syn0, ctx, syn1, word, 1.0, alpha, neu)
-                    for d in range(negative):
-                        tgt = negs[d] if share else table[np.random.randint(0, table_n)]
-                        if tgt != word:
-                            _step(syn0, ctx, syn1, tgt, 0.0, alpha, neu)
-                    for j in range(dim):
-                        syn0[ctx, j] += neu[j]
+                if c_orientation:
+                    _position_c(syn0, syn1, sen, t, lo, hi, table, negative, share, negs, alpha, neu)
+                else:
+                    _position(syn0, syn1, sen, t, lo, hi, table, negative, shared_k, negs, alpha, neu)
         done += n_tokens
-
 
 def load_corpus(path: Path, min_count: int):
     with lzma.open(path, "rt", encoding="utf-8") as f:
@@ -236,12 +225,8 @@ def main() -> int:
             syn0 = ((rng.random((len(words), args.size), dtype=np.float32) - 0.5) / args.size).astype(np.float32)
             syn1 = np.zeros((len(words), args.size), dtype=np.float32)
             t = time.time()
-            if mode.startswith("c-"):
-                _train_c(ids, keep, syn0, syn1, table, args.window, args.negative, mode == "c-window",
-                         args.alpha, args.alpha * 1e-4, seed, args.epochs)
-            else:
-                _train(ids, keep, syn0, syn1, table, args.window, args.negative, k, args.alpha,
-                       args.alpha * 1e-4, seed, args.epochs)
+            _train(ids, keep, syn0, syn1, table, args.window, args.negative, k, mode.startswith("c-"),
+                   mode == "c-window", args.alpha, args.alpha * 1e-4, seed, args.epochs)
             secs = time.time() - t
             kv = KeyedVectors(args.size)
             kv.add_vectors(words, syn0)
