@@ -100,6 +100,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="minibatches in flight of part 3, each N (IN_FLIGHT's configuration) or "
                         "threads/in-flight/per-call; '' skips it")
     p.add_argument("--samples", default="1e-3,1e-4")
+    p.add_argument("--variants", default="",
+                   help="name=flags pairs, comma-separated (e.g. 'pair=,shared=--shared-negatives'): every "
+                        "part runs --bin-dir once per variant with its extra train flags, instead of new/old")
+    p.add_argument("--cpu-eval", action="store_true",
+                   help="part 1 also evaluates every run's vectors (analogy, WS-353)")
     p.add_argument("--seeds", default="1")
     return p.parse_args(argv)
 
@@ -157,20 +162,37 @@ def run_layout(bin_dir: Path, shards: int, flags: list[str], work: Path, tag: st
     return r
 
 
+def variants(args) -> list[tuple[str, Path, list[str]]]:
+    """(name, bin dir, extra train flags) of every build or variant a part runs:
+    --variants on --bin-dir, else "new" (and "old" with --old-bin-dir)."""
+    if args.variants.strip():
+        out = []
+        for item in [x.strip() for x in args.variants.split(",") if x.strip()]:
+            name, _, flags = item.partition("=")
+            out.append((name, args.bin_dir, shlex.split(flags)))
+        return out
+    return [("new", args.bin_dir, [])] + ([("old", args.old_bin_dir, [])] if args.old_bin_dir else [])
+
+
 def cpu_part(args, plain: Path, vocab: Path, work: Path) -> list[dict]:
     rows = []
-    bins = [("new", args.bin_dir)] + ([("old", args.old_bin_dir)] if args.old_bin_dir else [])
+    bins = variants(args)
     for size in ints(args.cpu_sizes):
         for shards in ints(args.cpu_shards):
-            for name, bin_dir in reversed(bins):  # old first, then new
+            for name, bin_dir, extra in reversed(bins):  # old first, then new
                 tag = f"cpu-{name}-d{size}-s{shards}"
                 log(f"{tag}: training")
                 # Every layout writes its vectors: an embedded run must, and
                 # so all pay for an export.
-                r = run_layout(bin_dir, shards, train_flags(args, plain, vocab, size, args.cpu_sample), work, tag,
-                               output=work / f"{tag}.bin")
+                vec = work / f"{tag}.bin"
+                r = run_layout(bin_dir, shards, train_flags(args, plain, vocab, size, args.cpu_sample) + extra, work,
+                               tag, output=vec)
                 r.update(binary=name, size=size)
-                for f in (work / f"{tag}.bin", work / f"{tag}.h5"):
+                if args.cpu_eval and "failure" not in r:
+                    r["eval"] = evaluate(vec, args.eval_dir)
+                    log(f"{tag}: analogy {100 * r['eval']['analogy_accuracy']:.2f} %, "
+                        f"WS-353 {r['eval']['ws353_spearman']:.3f}")
+                for f in (vec, vec.with_suffix(".h5")):
                     f.unlink(missing_ok=True)
                 if "failure" in r:
                     log(f"{tag}: FAILED\n{r['failure']}")
@@ -186,8 +208,10 @@ def cpu_table(rows: list[dict]) -> str:
         return next((r for r in rows if r["binary"] == binary and r["size"] == size and r["shards"] == shards
                      and "ns_per_token" in r), None)
 
-    lines = ["| binary | d | layout | CPU ns/token, total | worker | each shard (median) | × embedded | × S/2 | words/s |",
-             "|---|---:|---|---:|---:|---:|---:|---:|---:|"]
+    evals = any("eval" in r for r in rows)
+    lines = ["| binary | d | layout | CPU ns/token, total | worker | each shard (median) | × embedded | × S/2 | words/s |"
+             + (" analogy % | WS-353 ρ |" if evals else ""),
+             "|---|---:|---|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if evals else "")]
     for r in rows:
         layout = "embedded, 1 shard" if r["shards"] == 0 else f"{r['shards']} ps-shard + 1 worker"
         if "ns_per_token" not in r:
@@ -200,25 +224,32 @@ def cpu_table(rows: list[dict]) -> str:
             f"| {r['binary']} | {r['size']} | {layout} | {r['ns_per_token']:,.0f} | {r['worker_ns_per_token']:,.0f} "
             f"| {fmt(per_shard, ',.0f', '–')} | {fmt(r['ns_per_token'] / emb['ns_per_token'] if emb else None, '.2f')} "
             f"| {fmt(r['ns_per_token'] / half['ns_per_token'] if half and r['shards'] > 1 else None, '.2f', '–')} "
-            f"| {r['words_per_second']:,.0f} |")
+            f"| {r['words_per_second']:,.0f} |"
+            + (f" {fmt(100 * r['eval']['analogy_accuracy'] if 'eval' in r else None, '.2f')} "
+               f"| {fmt(r['eval']['ws353_spearman'] if 'eval' in r else None, '.3f')} |" if evals else ""))
     return "\n".join(lines)
 
 
 def gensim_part(args, plain: Path, vocab: Path, work: Path) -> dict:
     g_args = argparse.Namespace(size=100, window=args.window, negative=args.negative, min_count=args.min_count,
                                 sample=args.cpu_sample, alpha=0.025, iter=1, threads=2, cbow=False)
-    runs = {"gensim": [], "cluster": []}
+    names = [name for name, _, _ in variants(args)]
+    runs = {"gensim": [], "cluster": [], "variants": {n: [] for n in names}}
     for i in range(args.rounds):
         g = run_gensim(g_args, plain, work, tag=f"gensim{i}")
         runs["gensim"].append(g["corpus_tokens"] / g["train_seconds"])
-        r = run_layout(args.bin_dir, 2, train_flags(args, plain, vocab, 100, args.cpu_sample), work, f"vsg{i}",
-                       output=work / f"vsg{i}.bin")
-        runs["cluster"].append(r.get("words_per_second"))
-        log(f"round {i}: gensim {runs['gensim'][-1]:,.0f} words/s, 2 ps-shard + 1 worker "
-            f"{fmt(runs['cluster'][-1], ',.0f')} words/s")
-    ratios = [c / g for c, g in zip(runs["cluster"], runs["gensim"]) if c]
-    runs["ratios"] = ratios
-    runs["median_ratio"] = statistics.median(ratios) if ratios else None
+        for name, bin_dir, extra in variants(args):
+            r = run_layout(bin_dir, 2, train_flags(args, plain, vocab, 100, args.cpu_sample) + extra, work,
+                           f"vsg{i}-{name}", output=work / f"vsg{i}-{name}.bin")
+            runs["variants"][name].append(r.get("words_per_second"))
+            log(f"round {i}: gensim {runs['gensim'][-1]:,.0f} words/s, 2 ps-shard + 1 worker ({name}) "
+                f"{fmt(runs['variants'][name][-1], ',.0f')} words/s")
+    runs["cluster"] = runs["variants"][names[0]]
+    runs["median_ratios"] = {}
+    for name in names:
+        ratios = [c / g for c, g in zip(runs["variants"][name], runs["gensim"]) if c]
+        runs["median_ratios"][name] = statistics.median(ratios) if ratios else None
+    runs["median_ratio"] = runs["median_ratios"][names[0]]
     return runs
 
 
@@ -232,45 +263,48 @@ def in_flight_part(args, plain: Path, vocab: Path, work: Path) -> list[dict]:
                 threads, in_flight, per_call = IN_FLIGHT[int(item)]
             n = threads * in_flight * per_call
             for seed in ints(args.seeds):
-                tag = f"if{n}-s{sample:g}-seed{seed}"
-                flags = ("--threads", str(threads), "--in-flight", str(in_flight),
-                         "--minibatches-per-call", str(per_call))
-                log(f"{tag}: training ({threads} threads x {in_flight} in flight x {per_call} per call)")
-                vec = work / f"{tag}.bin"
-                r = run_layout(args.bin_dir, 2, train_flags(args, plain, vocab, 100, sample, seed), work, tag,
-                               worker_flags=flags, output=vec)
-                r.update(in_flight=n, sample=sample, seed=seed, config=f"{threads}/{in_flight}/{per_call}")
-                if "failure" in r:
-                    r["diverged"] = "diverged" in r["failure"]
-                    log(f"{tag}: FAILED\n{r['failure']}")
-                else:
-                    r["eval"] = evaluate(vec, args.eval_dir)
-                    log(f"{tag}: analogy {100 * r['eval']['analogy_accuracy']:.2f} %, "
-                        f"WS-353 {r['eval']['ws353_spearman']:.3f}, {r['words_per_second']:,.0f} words/s")
-                    for f in (vec, vec.with_suffix(".h5")):
-                        f.unlink(missing_ok=True)
-                rows.append(r)
+                for name, bin_dir, extra in variants(args):
+                    tag = f"if{n}-s{sample:g}-seed{seed}" + (f"-{name}" if args.variants.strip() else "")
+                    flags = ("--threads", str(threads), "--in-flight", str(in_flight),
+                             "--minibatches-per-call", str(per_call))
+                    log(f"{tag}: training ({threads} threads x {in_flight} in flight x {per_call} per call)")
+                    vec = work / f"{tag}.bin"
+                    r = run_layout(bin_dir, 2, train_flags(args, plain, vocab, 100, sample, seed) + extra, work, tag,
+                                   worker_flags=flags, output=vec)
+                    r.update(in_flight=n, sample=sample, seed=seed, config=f"{threads}/{in_flight}/{per_call}",
+                             variant=name)
+                    if "failure" in r:
+                        r["diverged"] = "diverged" in r["failure"]
+                        log(f"{tag}: FAILED\n{r['failure']}")
+                    else:
+                        r["eval"] = evaluate(vec, args.eval_dir)
+                        log(f"{tag}: analogy {100 * r['eval']['analogy_accuracy']:.2f} %, "
+                            f"WS-353 {r['eval']['ws353_spearman']:.3f}, {r['words_per_second']:,.0f} words/s")
+                        for f in (vec, vec.with_suffix(".h5")):
+                            f.unlink(missing_ok=True)
+                    rows.append(r)
     return rows
 
 
 def in_flight_table(rows: list[dict]) -> str:
-    lines = ["| sample | in flight | threads/in-flight/per call | seeds | analogy % (median) | WS-353 ρ (median) "
-             "| Δ analogy vs 16 | words/s (median) | failed |",
-             "|---|---:|---|---:|---:|---:|---:|---:|---|"]
+    lines = ["| variant | sample | in flight | threads/in-flight/per call | seeds | analogy % (median) "
+             "| WS-353 ρ (median) | Δ analogy vs 16 | words/s (median) | failed |",
+             "|---|---|---:|---|---:|---:|---:|---:|---:|---|"]
     groups: dict = {}
     for r in rows:
-        groups.setdefault((r["sample"], r["in_flight"], r["config"]), []).append(r)
+        groups.setdefault((r.get("variant", "new"), r["sample"], r["in_flight"], r["config"]), []).append(r)
     base = {}
-    for (sample, n, _), rs in groups.items():
+    for (variant, sample, n, _), rs in groups.items():
         ok = [r for r in rs if "eval" in r]
         an = statistics.median(100 * r["eval"]["analogy_accuracy"] for r in ok) if ok else None
         ws = statistics.median(r["eval"]["ws353_spearman"] for r in ok) if ok else None
         wps = statistics.median(r["words_per_second"] for r in ok) if ok else None
-        if n == 16 and sample not in base:
-            base[sample] = an
-        delta = an - base[sample] if an is not None and base.get(sample) is not None else None
+        if n == 16 and (variant, sample) not in base:
+            base[(variant, sample)] = an
+        b = base.get((variant, sample))
+        delta = an - b if an is not None and b is not None else None
         failed = [("diverged" if r.get("diverged") else "error") + f" (seed {r['seed']})" for r in rs if "eval" not in r]
-        lines.append(f"| {sample:g} | {n} | {rs[0]['config']} | {len(rs)} | {fmt(an, '.2f')} | {fmt(ws, '.3f')} "
+        lines.append(f"| {variant} | {sample:g} | {n} | {rs[0]['config']} | {len(rs)} | {fmt(an, '.2f')} | {fmt(ws, '.3f')} "
                      f"| {fmt(delta, '+.2f', '–')} | {fmt(wps, ',.0f')} | {', '.join(failed) or 'none'} |")
     return "\n".join(lines)
 
@@ -315,11 +349,17 @@ def main(argv: list[str]) -> int:
     if args.vs_gensim:
         g = gensim_part(args, plain, vocab, work)
         result["vs_gensim"] = g
+        names = list(g["variants"])
         report += ["## 2 ps-shard processes + 1 worker against gensim (d 100, 1 epoch)", "",
-                   "| round | gensim words/s | cluster words/s | ratio |", "|---:|---:|---:|---:|"]
-        for i, (gw, cw) in enumerate(zip(g["gensim"], g["cluster"])):
-            report.append(f"| {i} | {gw:,.0f} | {fmt(cw, ',.0f')} | {fmt(cw / gw if cw else None, '.2f')} |")
-        report += ["", f"Median ratio: {fmt(g['median_ratio'], '.2f')}", ""]
+                   "| round | gensim words/s | " + " | ".join(f"{n} words/s | ratio" for n in names) + " |",
+                   "|---:|---:|" + "---:|---:|" * len(names)]
+        for i, gw in enumerate(g["gensim"]):
+            cells = []
+            for n in names:
+                cw = g["variants"][n][i]
+                cells.append(f"{fmt(cw, ',.0f')} | {fmt(cw / gw if cw else None, '.2f')}")
+            report.append(f"| {i} | {gw:,.0f} | " + " | ".join(cells) + " |")
+        report += ["", "Median ratio: " + ", ".join(f"{n} {fmt(g['median_ratios'][n], '.2f')}" for n in names), ""]
     if args.in_flight.strip():
         rows = in_flight_part(args, plain, vocab, work)
         result["in_flight"] = rows

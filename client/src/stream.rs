@@ -69,8 +69,9 @@ pub struct BatchFormer {
     radius: Vec<u32>,
     /// The minibatch being filled.
     current: Minibatch,
-    /// What the minibatches train.
+    /// What the minibatches train, and whether they share negatives.
     objective: Objective,
+    shared_negatives: bool,
 }
 
 impl BatchFormer {
@@ -97,13 +98,16 @@ impl BatchFormer {
             radius: Vec::new(),
             current: Minibatch::default(),
             objective: Objective::SkipGram,
+            shared_negatives: false,
         }
     }
 
     /// Forms minibatches of `objective` (CBOW reads the same windows; see
-    /// [`Minibatch::objective`]).
-    pub fn objective(mut self, objective: Objective) -> Self {
+    /// [`Minibatch::objective`]), skip-gram ones with `shared_negatives`
+    /// ([`Minibatch::shared_negatives`]; never CBOW ones).
+    pub fn objective(mut self, objective: Objective, shared_negatives: bool) -> Self {
         self.objective = objective;
+        self.shared_negatives = shared_negatives && !objective.is_cbow();
         self
     }
 
@@ -149,6 +153,7 @@ impl BatchFormer {
                 }
                 let current = &mut self.current;
                 current.objective = self.objective;
+                current.shared_negatives = self.shared_negatives;
                 current.id = MinibatchId {
                     worker: self.worker,
                     epoch,

@@ -46,6 +46,9 @@ pub struct TrainParams {
     /// What it trains (the model's spec must say the same).
     #[serde(serialize_with = "serialize_display")]
     pub objective: Objective,
+    /// Skip-gram: negatives drawn per input position and shared by its
+    /// context words (`Minibatch::shared_negatives`).
+    pub shared_negatives: bool,
 }
 
 fn serialize_display<T: std::fmt::Display, S: serde::Serializer>(
@@ -394,7 +397,7 @@ pub async fn train<S: ModelShards, C: Checkpointer>(
             params.worker_index,
             schedule,
         )
-        .objective(params.objective);
+        .objective(params.objective, params.shared_negatives);
         let stream = StreamParams {
             source,
             iter: params.iter,

@@ -73,6 +73,8 @@ struct Pending {
     items: Vec<(u32, Vec<u32>)>,
     seed: u64,
     cbow: bool,
+    /// Skip-gram with negatives shared by each position's context words.
+    shared: bool,
 }
 
 /// CBOW's dot products and deltas of one minibatch: per item, h = the mean
@@ -123,6 +125,48 @@ fn cbow_dots(
         for &c in contexts {
             for (a, b) in du[c as usize * d..(c as usize + 1) * d].iter_mut().zip(&dh) {
                 *a += b;
+            }
+        }
+    }
+}
+
+/// Skip-gram with shared negatives, word2vec C's orientation: per item, each
+/// context word's u row against the item's own word (label 1) and the
+/// item's negatives (label 0), Δu to the context word, Δv to the target.
+#[allow(clippy::too_many_arguments)]
+fn shared_dots(
+    u: &[f32],
+    v: &[f32],
+    batch: &Pending,
+    alpha: f32,
+    negatives: &[Vec<u32>],
+    du: &mut [f32],
+    dv: &mut [f32],
+    k_u: &mut [usize],
+    k_v: &mut [usize],
+) {
+    let d = DIM as usize;
+    for ((center, contexts), negs) in batch.items.iter().zip(negatives) {
+        for &c in contexts {
+            let c = c as usize;
+            let targets = std::iter::once((*center as usize, 1.0))
+                .chain(negs.iter().map(|&x| (x as usize, 0.0)));
+            for (x, label) in targets {
+                k_u[c] += 1;
+                k_v[x] += 1;
+                let f: f64 = (0..d)
+                    .map(|i| f64::from(u[c * d + i]) * f64::from(v[x * d + i]))
+                    .sum();
+                let skip = label == 0.0 && x == *center as usize;
+                let g = if skip {
+                    0.0
+                } else {
+                    alpha * half::f16::from_f64(label - sigmoid(f)).to_f32()
+                };
+                for i in 0..d {
+                    du[c * d + i] += g * v[x * d + i];
+                    dv[x * d + i] += g * u[c * d + i];
+                }
             }
         }
     }
@@ -195,6 +239,7 @@ fn reference_train(
                 if pending.items.is_empty() {
                     pending.seed = derive(sentence_seed, Purpose::Minibatch, j as u64, 0);
                     pending.cbow = p.objective.is_cbow();
+                    pending.shared = p.shared_negatives;
                 }
                 pending.items.push((kept[j], outputs));
                 if pending.items.len() == p.minibatch {
@@ -231,7 +276,7 @@ fn reference_train(
 /// point i going to the example its deal gives it (the definitions, not the
 /// shard's incremental walk).
 fn deal_negatives(batch: &Pending, sampler: &NegativeSampler, negative: usize) -> Vec<Vec<u32>> {
-    let examples: usize = if batch.cbow {
+    let examples: usize = if batch.cbow || batch.shared {
         batch.items.len()
     } else {
         batch.items.iter().map(|(_, o)| o.len()).sum()
@@ -274,7 +319,12 @@ fn sgd_step(
             u, v, batch, alpha, &negatives, &mut du, &mut dv, &mut k_u, &mut k_v,
         );
     }
-    let pairs = batch.items.iter().filter(|_| !batch.cbow);
+    if batch.shared {
+        shared_dots(
+            u, v, batch, alpha, &negatives, &mut du, &mut dv, &mut k_u, &mut k_v,
+        );
+    }
+    let pairs = batch.items.iter().filter(|_| !(batch.cbow || batch.shared));
     let pairs = pairs.flat_map(|(w_in, outputs)| outputs.iter().map(move |&o| (*w_in, o)));
     for ((w_in, w_out), negs) in pairs.zip(&negatives) {
         let w_in = w_in as usize;
@@ -505,6 +555,64 @@ async fn cbow_matches_reference_for_one_two_and_three_shards() {
             assert!(
                 off > 100.0 * tol,
                 "CBOW {name} {m}: as close to the skip-gram reference ({off})"
+            );
+        }
+    }
+    for s in spawned {
+        s.stop().await;
+    }
+}
+
+/// Shared negatives (`--shared-negatives`): the fused step of one shard in
+/// process, two in process and three over gRPC against the reference's
+/// longhand loop, and away from the skip-gram reference of the same run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shared_negatives_match_reference_for_one_two_and_three_shards() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let corpus = sample_corpus(dir.path(), 20_000);
+    let vocab = Arc::new(vocab_of(&corpus, 3));
+    let mut p = params(17);
+    p.shared_negatives = true;
+    let reference = reference_train(&vocab, &corpus, &p, true);
+    let mut sg = p.clone();
+    sg.shared_negatives = false;
+    let skip_gram = reference_train(&vocab, &corpus, &sg, true);
+    let v = vocab.len() as u64;
+    let (fp, cores1, summary) = run_in_process(1, &vocab, &corpus, &p).await;
+    assert!(
+        summary.pairs > 10_000,
+        "trained only {} pairs",
+        summary.pairs
+    );
+    let (_, cores2, _) = run_in_process(2, &vocab, &corpus, &p).await;
+    let (spawned, grpc) = grpc_cluster(3).await;
+    let (fp3, _) = run(grpc, &vocab, &corpus, &p).await;
+    assert_eq!(
+        fp3, fp,
+        "the same model: sharing negatives is a way to train it"
+    );
+    let cores3: Vec<_> = spawned.iter().map(|s| Arc::clone(&s.core)).collect();
+    let scale = norm_scale(&reference.u).max(norm_scale(&reference.v));
+    let tol = 1e-4 * scale.max(1e-3);
+    for (name, cores) in [
+        ("1 shard in process", &cores1),
+        ("2 shards in process", &cores2),
+        ("3 shards over gRPC", &cores3),
+    ] {
+        for (m, matrix, want, other) in [
+            ("u", Matrix::Input, &reference.u, &skip_gram.u),
+            ("v", Matrix::Output, &reference.v, &skip_gram.v),
+        ] {
+            let got = assemble(cores, fp, matrix, v);
+            let diff = max_abs_diff(&got, want);
+            assert!(
+                diff <= tol,
+                "shared negatives, {name} {m}: max |distributed − reference| = {diff} > {tol}"
+            );
+            let off = max_abs_diff(&got, other);
+            assert!(
+                off > 100.0 * tol,
+                "shared negatives, {name} {m}: as close to the skip-gram reference ({off})"
             );
         }
     }

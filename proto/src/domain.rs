@@ -370,6 +370,10 @@ pub struct Minibatch {
     /// What it trains (travels; a shard refuses a minibatch of the other
     /// objective).
     pub objective: Objective,
+    /// Skip-gram only: its negatives drawn per input position and shared by
+    /// the position's context words (word2vec C's orientation; travels).
+    /// The same pairs and the same number of dot products.
+    pub shared_negatives: bool,
 }
 
 impl Minibatch {
@@ -407,6 +411,7 @@ impl Minibatch {
             seed: self.seed,
             alpha: self.alpha,
             cbow: self.objective.is_cbow(),
+            shared_negatives: self.shared_negatives,
             ..v1::Minibatch::default()
         };
         if self.windows.is_empty() {
@@ -482,7 +487,14 @@ impl Minibatch {
         }
         self.seed = b.seed;
         self.alpha = b.alpha;
+        if b.cbow && b.shared_negatives {
+            return Err(invalid(
+                "fields `cbow`/`shared_negatives`: negatives are shared by a skip-gram \
+                 minibatch's context words; a CBOW minibatch has one example per position",
+            ));
+        }
         self.objective = Objective::from_cbow(b.cbow);
+        self.shared_negatives = b.shared_negatives;
         (self.id, self.sentence, self.position) = (MinibatchId::default(), 0, 0);
         Ok((b.model_fingerprint, b.lineage))
     }
@@ -540,6 +552,7 @@ mod tests {
             sentence: 7,
             position: 4,
             objective: Objective::Cbow,
+            shared_negatives: false,
         };
         let mut back = Minibatch::default();
         assert_eq!(back.decode_from(Some(&mb.to_wire(42))), Ok((42, 0)));
@@ -554,6 +567,20 @@ mod tests {
             .validate(3)
             .is_err_and(|e| e.to_string().contains("`outputs`")));
         assert!(back.decode_from(None).is_err());
+        // Shared negatives travel with skip-gram, and are refused with CBOW.
+        let sg = Minibatch {
+            objective: Objective::SkipGram,
+            shared_negatives: true,
+            ..mb.clone()
+        };
+        assert_eq!(back.decode_from(Some(&sg.to_wire(42))), Ok((42, 0)));
+        assert!(back.shared_negatives, "the sharing travels");
+        assert_eq!(back.examples(), 3, "one positive per pair");
+        let mut both = sg.to_wire(42);
+        both.cbow = true;
+        assert!(back
+            .decode_from(Some(&both))
+            .is_err_and(|e| e.to_string().contains("`shared_negatives`")));
     }
 
     #[test]

@@ -43,9 +43,9 @@ pub use shards::{CallError, ModelShards, DIVERGED_PREFIX};
 /// steps scaled by the calls pending on a row, a diverged model refused. 8:
 /// DropModel keeps the model's files unless asked (`delete_checkpoints`),
 /// and CreateModel loads a model dropped with its files kept (a client of 7
-/// meant the files to go, a client of 8 to stay). A client refuses shards
-/// of another version.
-pub const API_VERSION: u32 = 8;
+/// meant the files to go, a client of 8 to stay). 9: skip-gram minibatches with negatives shared per
+/// window (`Minibatch.shared_negatives`).
+pub const API_VERSION: u32 = 9;
 
 /// Largest gRPC message either side accepts or sends (default tonic limit is
 /// 4 MiB). The largest real ones are a call's dot products (at most

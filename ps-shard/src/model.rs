@@ -342,12 +342,26 @@ impl Model {
     /// may plan a call once and pass it to each one's [`Model::dotprod`] and
     /// [`Model::adjust`].
     pub fn plan(&self, mbs: &[Minibatch], plan: &mut Plan) -> Result<(), ShardError> {
+        let shared = mbs.first().is_some_and(|mb| mb.shared_negatives);
         for mb in mbs {
             mb.validate(self.spec.model.vocab_size)?;
             if mb.objective != self.spec.model.objective {
                 return Err(invalid(format!(
                     "field `cbow`: a {} minibatch for model {:016x}, which trains {}",
                     mb.objective, self.fingerprint, self.spec.model.objective
+                )));
+            }
+            if mb.shared_negatives && mb.objective.is_cbow() {
+                return Err(invalid(
+                    "fields `cbow`/`shared_negatives`: only skip-gram minibatches share negatives",
+                ));
+            }
+            if mb.shared_negatives != shared {
+                return Err(invalid(format!(
+                    "field `shared_negatives`: {} of the call's {} minibatches share their \
+                     negatives (all or none must)",
+                    mbs.iter().filter(|mb| mb.shared_negatives).count(),
+                    mbs.len()
                 )));
             }
         }
@@ -389,7 +403,7 @@ impl Model {
     ) -> Result<(), ShardError> {
         self.check_plan(plan)?;
         let stride = padded(self.spec.cols());
-        let u_rows = scratch.u_rows.lend(plan.inputs.len() * stride, false);
+        let u_rows = scratch.u_rows.lend(plan.slots().len() * stride, false);
         dots.clear();
         dots.resize(plan.len(), 0.0);
         dotprod_loop(work(&self.u, &self.v, plan, u_rows, stride), dots);
@@ -439,7 +453,7 @@ impl Model {
             u_delta,
             v_delta,
             ..
-        } = s.for_steps(plan.inputs.len(), stride, stride);
+        } = s.for_steps(plan.slots().len(), stride, stride);
         let mut written = 0;
         adjust_loop(
             work(&self.u, &self.v, plan, u_rows, stride),
@@ -531,7 +545,7 @@ pub(crate) fn work<'a>(
     Work {
         u,
         v,
-        inputs: &plan.inputs,
+        inputs: plan.slots(),
         contexts: plan.objective.is_cbow().then_some(Contexts {
             counts: &plan.context_counts,
             words: &plan.contexts,

@@ -102,6 +102,16 @@ pub(crate) fn sort_by_row(keys: &mut Vec<u64>, tmp: &mut Vec<u64>) {
 /// once per call however often it occurs; the negatives come out of the
 /// sample already sorted, and only the positives are sorted here.
 ///
+/// With shared negatives (skip-gram, [`Minibatch::shared_negatives`]) an
+/// example is an input position, as in CBOW: its positive is its own word
+/// and its `negative` negatives are shared by its context words (word2vec
+/// C's orientation: each context word's input row against the position's
+/// output rows, Ji et al. 2016). Each of its 1 + `negative` targets is
+/// planned once and then spread into one dot product per context word
+/// ([`Plan::spread`]), so a call draws, deals and sorts `negative` targets
+/// per position instead of per pair, and visits 1 + `negative` output rows
+/// per position instead of (1 + `negative`) per pair.
+///
 /// The dot products and weights of a call travel in its *wire order*, which
 /// every shard of the model computes alike: first each example's positive,
 /// in request order, then every negative in the order of the sample
@@ -109,7 +119,10 @@ pub(crate) fn sort_by_row(keys: &mut Vec<u64>, tmp: &mut Vec<u64>) {
 /// and weight are; the negatives, five in six at negative 5, are then read
 /// and written in sequence by the loops. A negative equal to its example's
 /// positive word is computed but carries no update (its α in the plan is
-/// 0), as word2vec skips it.
+/// 0), as word2vec skips it. With shared negatives each target's dot
+/// products, one per context word of its position in context order, stand
+/// where its one dot product would: the positives are then the call's pairs
+/// in request order, as in skip-gram.
 #[derive(Default)]
 pub struct Plan {
     pub(crate) fingerprint: u64,
@@ -117,8 +130,12 @@ pub struct Plan {
     pub(crate) seed: u64,
     pub(crate) minibatches: usize,
     pub(crate) objective: Objective,
+    /// Skip-gram with negatives shared by a position's context words.
+    pub(crate) shared: bool,
     /// Dot products per example: 1 + negative.
     per_pair: usize,
+    /// Dot products in the call.
+    dots: usize,
     /// The call's input positions, concatenated over its minibatches: each
     /// one's word, its count of context words and (CBOW) its context words.
     pub(crate) inputs: Vec<u32>,
@@ -165,16 +182,54 @@ pub struct Plan {
     /// Per wire index: the learning rate its dot product's update takes (its
     /// minibatch's; 0 for a negative equal to its positive).
     pub(crate) alphas: Vec<f32>,
+    /// Shared negatives ([`Plan::spread`]): the plan, groups and α per
+    /// target before they are spread over the context words, each target's
+    /// first wire index, and each position's first context entry.
+    targets: Vec<(u32, u32)>,
+    target_groups: Vec<(u32, u32)>,
+    target_alphas: Vec<f32>,
+    target_wire: Vec<u32>,
+    context_start: Vec<u32>,
 }
 
 impl Plan {
     /// The positive word of each example of `mb`: skip-gram, the context
-    /// words; CBOW, the input positions' own words.
+    /// words; CBOW and shared negatives, the input positions' own words.
     fn positives_of(mb: &Minibatch) -> &[u32] {
-        if mb.objective.is_cbow() {
+        if Self::per_position(mb) {
             &mb.inputs
         } else {
             &mb.outputs
+        }
+    }
+
+    /// Whether `mb`'s examples are its input positions (CBOW, or skip-gram
+    /// with shared negatives) rather than its pairs.
+    fn per_position(mb: &Minibatch) -> bool {
+        mb.objective.is_cbow() || mb.shared_negatives
+    }
+
+    /// The u row the loops read for each input slot: skip-gram, each
+    /// position's word; CBOW, each position's word too (the loops read the
+    /// mean of its context words in its place); shared negatives, each
+    /// context word entry (one dot product per context word and target).
+    pub(crate) fn slots(&self) -> &[u32] {
+        if self.shared {
+            &self.contexts
+        } else {
+            &self.inputs
+        }
+    }
+
+    /// The input rows the call writes, one per [`Plan::input_scale`]:
+    /// skip-gram, each position's word (with all its pairs' dot products);
+    /// CBOW and shared negatives, each context word entry (with its
+    /// position's 1 + negative targets).
+    fn written_rows(&self) -> &[u32] {
+        if self.objective.is_cbow() || self.shared {
+            &self.contexts
+        } else {
+            &self.inputs
         }
     }
 
@@ -196,12 +251,13 @@ impl Plan {
         self.positives.clear();
         self.example_position.clear();
         self.objective = mbs.first().map_or(Objective::SkipGram, |mb| mb.objective);
-        let cbow = self.objective.is_cbow();
+        self.shared = mbs.first().is_some_and(|mb| mb.shared_negatives);
+        let per_position = self.objective.is_cbow() || self.shared;
         for mb in mbs {
             let first = self.inputs.len() as u32;
             self.inputs.extend_from_slice(&mb.inputs);
             self.context_counts.extend_from_slice(&mb.context_counts);
-            if cbow {
+            if per_position {
                 self.contexts.extend_from_slice(&mb.outputs);
                 self.example_position
                     .extend(first..first + mb.inputs.len() as u32);
@@ -228,13 +284,12 @@ impl Plan {
     /// The call's row step cap and its input rows' step scales.
     fn scale_inputs(&mut self, negative: u32) {
         self.cap = row_step_cap(&self.context_counts, negative);
-        // The input rows a call writes: skip-gram, each position's word
-        // (with all its pairs' dot products); CBOW, each context word entry
-        // (with its position's 1 + negative).
-        let (rows, examples) = if self.objective.is_cbow() {
-            (&self.contexts, None)
+        let per_position = self.objective.is_cbow() || self.shared;
+        let examples = (!per_position).then_some(&self.context_counts[..]);
+        let rows = if per_position {
+            &self.contexts
         } else {
-            (&self.inputs, Some(&self.context_counts[..]))
+            &self.inputs
         };
         input_loads(
             rows,
@@ -251,18 +306,19 @@ impl Plan {
     /// call, or (`pending`: over gRPC) of those pending on it across the
     /// calls in flight ([`crate::stale`]).
     pub(crate) fn scale_inputs_for(&mut self, pending: Option<&Pending>) {
-        let rows = if self.objective.is_cbow() {
-            &self.contexts
-        } else {
-            &self.inputs
-        };
         let (cap, counted) = (self.cap, self.counted_in.is_some());
-        self.input_scale.clear();
-        self.input_scale
-            .extend(rows.iter().zip(&self.input_load).map(|(&w, &k)| {
-                let load = pending.map_or(k, |p| Pending::load(p.of(true), w, k, counted));
-                row_step_scale(load, cap)
-            }));
+        let mut scale = std::mem::take(&mut self.input_scale);
+        scale.clear();
+        scale.extend(
+            self.written_rows()
+                .iter()
+                .zip(&self.input_load)
+                .map(|(&w, &k)| {
+                    let load = pending.map_or(k, |p| Pending::load(p.of(true), w, k, counted));
+                    row_step_scale(load, cap)
+                }),
+        );
+        self.input_scale = scale;
     }
 
     /// Counts the call's dot products as pending on their rows (its dotprod
@@ -329,6 +385,57 @@ impl Plan {
         // the plan's length should it not.)
         self.alphas.resize(examples * (negative + 1), 0.0);
         self.merge();
+        self.dots = examples * (negative + 1);
+        if self.shared {
+            self.spread();
+        }
+    }
+
+    /// Shared negatives: spreads each planned target (a position's positive
+    /// or one of its negatives) into one dot product per context word of
+    /// its position, in context order, at consecutive wire indices where
+    /// the target's one would stand (positives first, in position order,
+    /// then the negatives in the order of the sample). Groups stay one per
+    /// output row: the loops still visit each row once, now for every
+    /// context word of every position that targets it.
+    fn spread(&mut self) {
+        let counts = &self.context_counts;
+        self.context_start.clear();
+        self.context_start
+            .extend(counts.iter().scan(0u32, |at, &c| {
+                let first = *at;
+                *at += c;
+                Some(first)
+            }));
+        let pairs = self.contexts.len();
+        self.target_wire.clear();
+        let mut at = 0u32;
+        let positions = self.positives.len() as u32;
+        for p in (0..positions).chain(self.negatives.iter().map(|&(_, p)| p)) {
+            self.target_wire.push(at);
+            at += counts[p as usize];
+        }
+        std::mem::swap(&mut self.plan, &mut self.targets);
+        std::mem::swap(&mut self.groups, &mut self.target_groups);
+        std::mem::swap(&mut self.alphas, &mut self.target_alphas);
+        self.dots = pairs * self.per_pair;
+        self.plan.clear();
+        self.plan.reserve(self.dots);
+        self.groups.clear();
+        self.alphas.clear();
+        self.alphas.resize(self.dots, 0.0);
+        let mut start = 0;
+        for &(row, end) in &self.target_groups {
+            for &(k, p) in &self.targets[start..end as usize] {
+                let (wire, first) = (self.target_wire[k as usize], self.context_start[p as usize]);
+                let c = counts[p as usize];
+                self.plan.extend((0..c).map(|j| (wire + j, first + j)));
+                self.alphas[wire as usize..(wire + c) as usize]
+                    .fill(self.target_alphas[k as usize]);
+            }
+            self.groups.push((row, self.plan.len() as u32));
+            start = end as usize;
+        }
     }
 
     /// The call's negatives in wire order into `negatives` (row, input
@@ -433,9 +540,10 @@ impl Plan {
         }
         let (mut position, mut example) = (0usize, 0usize);
         for (&(seed, inputs, outputs), mb) in self.parts.iter().zip(mbs) {
-            let (n_in, n_ex) = (inputs as usize, mb.examples());
+            let (n_in, n_ex) = (inputs as usize, Self::positives_of(mb).len());
             let same = seed == mb.seed
                 && mb.objective == self.objective
+                && mb.shared_negatives == self.shared
                 && n_in == mb.inputs.len()
                 && outputs as usize == mb.outputs.len()
                 && self.positives.get(example..example + n_ex) == Some(Self::positives_of(mb))
@@ -451,7 +559,7 @@ impl Plan {
             example += n_ex;
         }
         example == self.positives.len()
-            && (!self.objective.is_cbow()
+            && (!(self.objective.is_cbow() || self.shared)
                 || mbs
                     .iter()
                     .flat_map(|mb| &mb.outputs)
@@ -467,12 +575,17 @@ impl Plan {
             + self.positives.capacity()
             + self.example_position.capacity();
         let u64s = self.keys.capacity() + self.keys_tmp.capacity() + self.input_keys.capacity();
+        let u32s = u32s + self.target_wire.capacity() + self.context_start.capacity();
         let pairs = self.plan.capacity()
             + self.groups.capacity()
             + self.example_info.capacity()
-            + self.negatives.capacity();
-        let f32s =
-            self.input_scale.capacity() + self.position_alpha.capacity() + self.alphas.capacity();
+            + self.negatives.capacity()
+            + self.targets.capacity()
+            + self.target_groups.capacity();
+        let f32s = self.input_scale.capacity()
+            + self.position_alpha.capacity()
+            + self.alphas.capacity()
+            + self.target_alphas.capacity();
         let u64s = u64s + self.input_load.capacity() + 2 * self.input_words.capacity();
         u32s * 4
             + u64s * 8
@@ -481,19 +594,25 @@ impl Plan {
             + self.parts.capacity() * size_of::<(u64, u32, u32)>()
     }
 
-    /// Dot products planned (examples × (1 + negative)).
+    /// Dot products planned (examples × (1 + negative); shared negatives,
+    /// pairs × (1 + negative)).
     pub fn len(&self) -> usize {
-        self.positives.len() * self.per_pair
+        self.dots
     }
 
     pub fn is_empty(&self) -> bool {
-        self.positives.is_empty()
+        self.dots == 0
     }
 
-    /// Examples in the call: the first `examples()` dot products in wire
-    /// order are their positives.
+    /// The positive dot products of the call, the first `examples()` in
+    /// wire order: one per example (skip-gram: per pair; CBOW: per input
+    /// position), and with shared negatives one per pair.
     pub fn examples(&self) -> usize {
-        self.positives.len()
+        if self.shared {
+            self.contexts.len()
+        } else {
+            self.positives.len()
+        }
     }
 
     /// (input, output) pairs in the call.
@@ -594,110 +713,4 @@ fn input_loads(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use proptest::prelude::*;
-
-    /// The plan against the definitions: positives in example order, then
-    /// point i of the sample (the word at ⌊(i·T + r)/N⌋) dealt to example
-    /// `Deal::example_of(i)`, each with its example's input position; a
-    /// negative equal to its example's positive carries α 0; the groups
-    /// ascend by row.
-    #[test]
-    fn a_plan_deals_the_sample_as_defined() {
-        let counts: Vec<u64> = (1..=60u64)
-            .map(|r| 6000 / r)
-            .chain([3, 3, 2, 2, 1])
-            .collect();
-        let sampler = NegativeSampler::new(&counts, 0.75).expect("sampler");
-        for (cbow, negative) in [(false, 5usize), (true, 3), (false, 1)] {
-            let objective = Objective::from_cbow(cbow);
-            let mk = |seed, alpha, inputs: &[u32], counts: &[u32], outputs: &[u32]| Minibatch {
-                seed,
-                alpha,
-                inputs: inputs.to_vec(),
-                context_counts: counts.to_vec(),
-                outputs: outputs.to_vec(),
-                objective,
-                ..Minibatch::default()
-            };
-            let call = [
-                mk(
-                    11,
-                    0.5,
-                    &[0, 1, 7, 0],
-                    &[2, 1, 3, 1],
-                    &[1, 2, 0, 3, 4, 0, 9],
-                ),
-                mk(12, 0.25, &[2, 64], &[1, 2], &[0, 5, 6]),
-            ];
-            let mut plan = Plan::default();
-            plan.draw(&sampler, negative, 9, &call);
-            let e_count = plan.examples();
-            assert_eq!(e_count, if cbow { 6 } else { 10 });
-            assert_eq!(plan.len(), e_count * (negative + 1));
-            let rows = plan.rows_by_wire();
-            let position_of: Vec<u32> = {
-                let mut p = vec![u32::MAX; plan.len()];
-                for &(w, pos) in &plan.plan {
-                    p[w as usize] = pos;
-                }
-                p
-            };
-            let positives: Vec<u32> = call
-                .iter()
-                .flat_map(|mb| if cbow { &mb.inputs } else { &mb.outputs })
-                .copied()
-                .collect();
-            let example_position: Vec<u32> = if cbow {
-                (0..6).collect()
-            } else {
-                vec![0, 0, 1, 2, 2, 2, 3, 4, 5, 5]
-            };
-            let alpha_of = |p: u32| if p < 4 { 0.5 } else { 0.25 };
-            assert_eq!(rows[..e_count], positives[..]);
-            let n = (e_count * negative) as u128;
-            let deal = Deal::new(11, e_count as u64, negative as u32, sampler.total());
-            for i in 0..e_count * negative {
-                let x = ((i as u128 * u128::from(sampler.total()) + u128::from(deal.offset)) / n)
-                    as u64;
-                let e = deal.example_of(i as u64, e_count as u64) as usize;
-                let w = e_count + i;
-                assert_eq!(rows[w], sampler.word_at(x), "negative {i}");
-                assert_eq!(position_of[w], example_position[e], "negative {i}");
-                let alpha = if rows[w] == positives[e] {
-                    0.0
-                } else {
-                    alpha_of(example_position[e])
-                };
-                assert_eq!(plan.alphas[w], alpha, "negative {i}");
-            }
-            for e in 0..e_count {
-                assert_eq!(position_of[e], example_position[e]);
-                assert_eq!(plan.alphas[e], alpha_of(example_position[e]));
-            }
-            assert!(plan
-                .groups
-                .windows(2)
-                .all(|g| g[0].0 < g[1].0 && g[0].1 < g[1].1));
-            assert_eq!(plan.groups.last().map(|g| g.1 as usize), Some(plan.len()));
-        }
-    }
-
-    proptest! {
-        /// Keys carry their index in the low half, so the stable sort by row
-        /// is the plain sort of the whole keys.
-        #[test]
-        fn sort_by_row_is_a_stable_sort_on_the_row(
-            rows in prop::collection::vec(prop_oneof![0u32..300, 0u32..100_000, any::<u32>()], 0..2000)
-        ) {
-            let mut keys: Vec<u64> =
-                rows.iter().enumerate().map(|(t, &r)| (u64::from(r) << 32) | t as u64).collect();
-            let mut want = keys.clone();
-            want.sort_unstable();
-            let mut tmp = vec![7; 3];
-            sort_by_row(&mut keys, &mut tmp);
-            prop_assert_eq!(keys, want);
-        }
-    }
-}
+mod tests;

@@ -79,7 +79,7 @@ impl WholeVectors {
             u_delta,
             v_delta,
             weights,
-        } = s.for_steps(plan.inputs.len(), cols, cols);
+        } = s.for_steps(plan.slots().len(), cols, cols);
         let mut written = 0;
         fused_loop(
             work(&self.u, &self.v, plan, u_rows, cols),
@@ -124,7 +124,7 @@ mod tests {
     /// call by call on `split` (shard order, partial dot products summed as
     /// a client does, its half-float weights); both must stay equal bit for
     /// bit.
-    fn fused_matches_split(joined: &WholeVectors, split: &[Model], cbow: bool) {
+    fn fused_matches_split(joined: &WholeVectors, split: &[Model], (cbow, shared): Mode) {
         let (mut p, mut s, mut dots) = (Plan::default(), Scratch::default(), Vec::new());
         let (mut part, mut summed, mut weights) = (Vec::new(), Vec::new(), Vec::new());
         let joined_state = || {
@@ -144,6 +144,7 @@ mod tests {
             (a.alpha, b.alpha) = (0.5, 0.25);
             a.objective = Objective::from_cbow(cbow);
             b.objective = a.objective;
+            (a.shared_negatives, b.shared_negatives) = (shared, shared);
             let call = [a, b];
             split[0].plan(&call, &mut p).expect("plan");
             joined.fused(&p, &mut s, &mut dots).expect("fused");
@@ -179,6 +180,10 @@ mod tests {
         assert!(split_state() != before, "the steps changed the model");
     }
 
+    /// (CBOW, shared negatives): the three ways a call trains.
+    type Mode = (bool, bool);
+    const MODES: [Mode; 3] = [(false, false), (true, false), (false, true)];
+
     /// Shards of `ranges` (specs from `spec_of`) twice: sharing rows as
     /// in-process siblings, and each with rows of its own.
     fn shared_and_own(
@@ -204,8 +209,11 @@ mod tests {
     fn fused_step_is_dotprod_weights_adjust_bit_for_bit() {
         let dim = spec(0..8).model.dim;
         let whole = || Model::new(spec(0..dim), &COUNTS).expect("model");
-        let joined = WholeVectors::of(&[Arc::new(whole())]).expect("one shard holds whole vectors");
-        fused_matches_split(&joined, &[whole()], false);
+        for mode in [MODES[0], MODES[2]] {
+            let joined =
+                WholeVectors::of(&[Arc::new(whole())]).expect("one shard holds whole vectors");
+            fused_matches_split(&joined, &[whole()], mode);
+        }
         // A column slice's dot products are partial: it cannot weigh them.
         let slice = Arc::new(Model::new(spec(0..dim / 2), &COUNTS).expect("model"));
         assert!(WholeVectors::of(&[slice]).is_none());
@@ -224,7 +232,7 @@ mod tests {
         let whole = || Model::new(wide(0..32), &COUNTS).expect("model");
         let joined = WholeVectors::of(&[Arc::new(whole())]).expect("one shard holds whole vectors");
         assert!(joined.models[0].v.lines_aligned(), "rows of whole lines");
-        fused_matches_split(&joined, &[whole()], false);
+        fused_matches_split(&joined, &[whole()], MODES[0]);
         let siblings = Siblings::default();
         let shared: Vec<Arc<Model>> = [0..16u32, 16..32]
             .into_iter()
@@ -240,7 +248,7 @@ mod tests {
         fused_matches_split(
             &WholeVectors::of(&shared).expect("side by side"),
             &own,
-            false,
+            MODES[2],
         );
     }
 
@@ -256,30 +264,34 @@ mod tests {
             s
         };
         let whole = || Model::new(wide(0..100), &COUNTS).expect("model");
-        let joined = WholeVectors::of(&[Arc::new(whole())]).expect("one shard holds whole vectors");
-        fused_matches_split(&joined, &[whole()], false);
+        for mode in [MODES[0], MODES[2]] {
+            let joined =
+                WholeVectors::of(&[Arc::new(whole())]).expect("one shard holds whole vectors");
+            fused_matches_split(&joined, &[whole()], mode);
+        }
         let ranges = [0..25u32, 25..60, 60..100];
-        for cbow in [false, true] {
+        for (cbow, shared) in MODES {
             let spec_of = |r: &Range<u32>| {
                 let mut s = wide(r.clone());
                 s.model.objective = Objective::from_cbow(cbow);
                 s
             };
-            let (shared, own) = shared_and_own(&ranges, spec_of);
+            let (siblings, own) = shared_and_own(&ranges, spec_of);
             fused_matches_split(
-                &WholeVectors::of(&shared).expect("side by side"),
+                &WholeVectors::of(&siblings).expect("side by side"),
                 &own,
-                cbow,
+                (cbow, shared),
             );
         }
     }
 
     /// In-process shards sharing rows step a minibatch fused, bit for bit
-    /// what shards of their own give call by call (skip-gram and CBOW).
+    /// what shards of their own give call by call (skip-gram, CBOW and
+    /// shared negatives).
     #[test]
     fn sibling_slices_step_fused_as_separate_shards_would() {
         let ranges = [0..3u32, 3..5, 5..8];
-        for cbow in [false, true] {
+        for (cbow, shared_negatives) in MODES {
             let with_cbow = |r: &Range<u32>| {
                 let mut s = spec(r.clone());
                 s.model.objective = Objective::from_cbow(cbow);
@@ -288,7 +300,7 @@ mod tests {
             let (shared, own) = shared_and_own(&ranges, with_cbow);
             assert!(shared[1].u.same_rows(&shared[0].u), "the shards share rows");
             let joined = WholeVectors::of(&shared).expect("side by side");
-            fused_matches_split(&joined, &own, cbow);
+            fused_matches_split(&joined, &own, (cbow, shared_negatives));
             // Out of order, or with a shard of its own, they are not joined.
             assert!(WholeVectors::of(&[Arc::clone(&shared[1]), Arc::clone(&shared[0])]).is_none());
             let alone = Arc::new(Model::new(with_cbow(&ranges[2]), &COUNTS).expect("model"));

@@ -61,6 +61,24 @@ pub struct TrainArgs {
     /// of the model's identity (its fingerprint).
     #[arg(long, help_heading = "Model", env = "COLONNADE_CBOW")]
     pub cbow: bool,
+    /// Skip-gram: draw the negatives once per input position and share them
+    /// among its context words, in word2vec C's orientation (each context
+    /// word's input vector against the position's word and its negatives;
+    /// Ji et al. 2016). The same dot products and bytes on the wire, but
+    /// every shard draws, plans and visits (1 + negative) output rows per
+    /// position instead of per context word (docs/benchmarks.md, "Negatives
+    /// shared within a window"). Not for --cbow.
+    #[arg(
+        long,
+        help_heading = "Model",
+        env = "COLONNADE_SHARED_NEGATIVES",
+        value_name = "BOOL",
+        num_args = 0..=1,
+        default_value_t = false,
+        default_missing_value = "true",
+        action = clap::ArgAction::Set
+    )]
+    pub shared_negatives: bool,
     /// Discard words seen fewer times (when counting the corpus; with
     /// --graph, nodes seen fewer times in the walks) [default: 5; 1 with
     /// --graph, so every node gets a vector].
@@ -393,6 +411,12 @@ pub fn validate(args: &TrainArgs) -> anyhow::Result<()> {
     }
     if args.negative == 0 {
         bail!("--negative must be at least 1 (hierarchical softmax is not supported)");
+    }
+    if args.cbow && args.shared_negatives {
+        bail!(
+            "--shared-negatives is for skip-gram: CBOW already draws one set of negatives per \
+             input position"
+        );
     }
     if !(args.alpha.is_finite() && args.alpha > 0.0 && args.alpha <= colonnade_proto::MAX_ALPHA) {
         bail!(

@@ -54,6 +54,7 @@ pub fn params(seed: u64) -> TrainParams {
         max_sentence: 1000,
         invalid_utf8: Default::default(),
         objective: Objective::SkipGram,
+        shared_negatives: false,
     }
 }
 

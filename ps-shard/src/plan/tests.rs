@@ -1,0 +1,186 @@
+//! The plan against its definitions.
+
+use super::*;
+use proptest::prelude::*;
+
+/// The plan against the definitions: positives in example order, then
+/// point i of the sample (the word at ⌊(i·T + r)/N⌋) dealt to example
+/// `Deal::example_of(i)`, each with its example's input position; a
+/// negative equal to its example's positive carries α 0; the groups
+/// ascend by row.
+#[test]
+fn a_plan_deals_the_sample_as_defined() {
+    let counts: Vec<u64> = (1..=60u64)
+        .map(|r| 6000 / r)
+        .chain([3, 3, 2, 2, 1])
+        .collect();
+    let sampler = NegativeSampler::new(&counts, 0.75).expect("sampler");
+    for (cbow, negative) in [(false, 5usize), (true, 3), (false, 1)] {
+        let objective = Objective::from_cbow(cbow);
+        let mk = |seed, alpha, inputs: &[u32], counts: &[u32], outputs: &[u32]| Minibatch {
+            seed,
+            alpha,
+            inputs: inputs.to_vec(),
+            context_counts: counts.to_vec(),
+            outputs: outputs.to_vec(),
+            objective,
+            ..Minibatch::default()
+        };
+        let call = [
+            mk(
+                11,
+                0.5,
+                &[0, 1, 7, 0],
+                &[2, 1, 3, 1],
+                &[1, 2, 0, 3, 4, 0, 9],
+            ),
+            mk(12, 0.25, &[2, 64], &[1, 2], &[0, 5, 6]),
+        ];
+        let mut plan = Plan::default();
+        plan.draw(&sampler, negative, 9, &call);
+        let e_count = plan.examples();
+        assert_eq!(e_count, if cbow { 6 } else { 10 });
+        assert_eq!(plan.len(), e_count * (negative + 1));
+        let rows = plan.rows_by_wire();
+        let position_of: Vec<u32> = {
+            let mut p = vec![u32::MAX; plan.len()];
+            for &(w, pos) in &plan.plan {
+                p[w as usize] = pos;
+            }
+            p
+        };
+        let positives: Vec<u32> = call
+            .iter()
+            .flat_map(|mb| if cbow { &mb.inputs } else { &mb.outputs })
+            .copied()
+            .collect();
+        let example_position: Vec<u32> = if cbow {
+            (0..6).collect()
+        } else {
+            vec![0, 0, 1, 2, 2, 2, 3, 4, 5, 5]
+        };
+        let alpha_of = |p: u32| if p < 4 { 0.5 } else { 0.25 };
+        assert_eq!(rows[..e_count], positives[..]);
+        let n = (e_count * negative) as u128;
+        let deal = Deal::new(11, e_count as u64, negative as u32, sampler.total());
+        for i in 0..e_count * negative {
+            let x =
+                ((i as u128 * u128::from(sampler.total()) + u128::from(deal.offset)) / n) as u64;
+            let e = deal.example_of(i as u64, e_count as u64) as usize;
+            let w = e_count + i;
+            assert_eq!(rows[w], sampler.word_at(x), "negative {i}");
+            assert_eq!(position_of[w], example_position[e], "negative {i}");
+            let alpha = if rows[w] == positives[e] {
+                0.0
+            } else {
+                alpha_of(example_position[e])
+            };
+            assert_eq!(plan.alphas[w], alpha, "negative {i}");
+        }
+        for e in 0..e_count {
+            assert_eq!(position_of[e], example_position[e]);
+            assert_eq!(plan.alphas[e], alpha_of(example_position[e]));
+        }
+        assert!(plan
+            .groups
+            .windows(2)
+            .all(|g| g[0].0 < g[1].0 && g[0].1 < g[1].1));
+        assert_eq!(plan.groups.last().map(|g| g.1 as usize), Some(plan.len()));
+    }
+}
+
+/// Shared negatives: every target of the call's CBOW-layout plan (its
+/// positions' own words and the negatives dealt to them, checked against
+/// the definitions above) becomes one dot product per context word of
+/// its position, at consecutive wire indices in context order, with the
+/// target's row and α; the positives are the call's pairs.
+#[test]
+fn shared_negatives_spread_each_target_over_its_contexts() {
+    let counts: Vec<u64> = (1..=40u64).map(|r| 4000 / r).collect();
+    let sampler = NegativeSampler::new(&counts, 0.75).expect("sampler");
+    let negative = 3;
+    let mk = |seed, alpha, inputs: &[u32], counts: &[u32], outputs: &[u32], cbow| Minibatch {
+        seed,
+        alpha,
+        inputs: inputs.to_vec(),
+        context_counts: counts.to_vec(),
+        outputs: outputs.to_vec(),
+        objective: Objective::from_cbow(cbow),
+        shared_negatives: !cbow,
+        ..Minibatch::default()
+    };
+    let call = |cbow| {
+        [
+            mk(
+                5,
+                0.5,
+                &[0, 1, 7, 0],
+                &[2, 1, 3, 1],
+                &[1, 2, 0, 3, 4, 0, 9],
+                cbow,
+            ),
+            mk(6, 0.25, &[2, 30], &[1, 2], &[0, 5, 6], cbow),
+        ]
+    };
+    let (mut shared, mut cbow) = (Plan::default(), Plan::default());
+    shared.draw(&sampler, negative, 9, &call(false));
+    cbow.draw(&sampler, negative, 9, &call(true));
+    let context_counts = [2u32, 1, 3, 1, 1, 2];
+    let first: Vec<u32> = context_counts
+        .iter()
+        .scan(0, |a, &c| {
+            *a += c;
+            Some(*a - c)
+        })
+        .collect();
+    let slots_of = |p: &Plan| {
+        let mut s = vec![u32::MAX; p.len()];
+        for &(w, slot) in &p.plan {
+            s[w as usize] = slot;
+        }
+        s
+    };
+    let (cbow_rows, cbow_positions) = (cbow.rows_by_wire(), slots_of(&cbow));
+    let (mut rows, mut slots, mut alphas) = (Vec::new(), Vec::new(), Vec::new());
+    for k in 0..cbow.len() {
+        let p = cbow_positions[k] as usize;
+        for j in 0..context_counts[p] {
+            rows.push(cbow_rows[k]);
+            slots.push(first[p] + j);
+            alphas.push(cbow.alphas[k]);
+        }
+    }
+    assert_eq!(shared.len(), 10 * (negative + 1));
+    assert_eq!(shared.examples(), 10, "one positive per pair");
+    assert_eq!(shared.rows_by_wire(), rows);
+    assert_eq!(slots_of(&shared), slots);
+    assert_eq!(shared.alphas, alphas);
+    assert_eq!(shared.slots(), &shared.contexts[..]);
+    assert!(shared
+        .groups
+        .windows(2)
+        .all(|g| g[0].0 < g[1].0 && g[0].1 < g[1].1));
+    // Negative rows are drawn per position: 6 × 3, not 10 × 3.
+    assert_eq!(shared.negatives.len(), 6 * negative);
+    assert!(shared.fit(9, negative, &call(false)));
+    let mut unshared = call(false);
+    unshared[1].shared_negatives = false;
+    assert!(!shared.fit(9, negative, &unshared));
+}
+
+proptest! {
+    /// Keys carry their index in the low half, so the stable sort by row
+    /// is the plain sort of the whole keys.
+    #[test]
+    fn sort_by_row_is_a_stable_sort_on_the_row(
+        rows in prop::collection::vec(prop_oneof![0u32..300, 0u32..100_000, any::<u32>()], 0..2000)
+    ) {
+        let mut keys: Vec<u64> =
+            rows.iter().enumerate().map(|(t, &r)| (u64::from(r) << 32) | t as u64).collect();
+        let mut want = keys.clone();
+        want.sort_unstable();
+        let mut tmp = vec![7; 3];
+        sort_by_row(&mut keys, &mut tmp);
+        prop_assert_eq!(keys, want);
+    }
+}
