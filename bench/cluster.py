@@ -101,8 +101,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         "threads/in-flight/per-call; '' skips it")
     p.add_argument("--samples", default="1e-3,1e-4")
     p.add_argument("--variants", default="",
-                   help="name=flags pairs, comma-separated (e.g. 'pair=,shared=--shared-negatives'): every "
-                        "part runs --bin-dir once per variant with its extra train flags, instead of new/old")
+                   help="name[@bin-dir]=flags, comma-separated (e.g. 'old-pair@../old/target/release=,"
+                        "pair=,shared=--shared-negatives'): every part runs once per variant, with its build "
+                        "(default --bin-dir) and extra train flags, instead of new/old")
     p.add_argument("--cpu-eval", action="store_true",
                    help="part 1 also evaluates every run's vectors (analogy, WS-353)")
     p.add_argument("--seeds", default="1")
@@ -169,7 +170,8 @@ def variants(args) -> list[tuple[str, Path, list[str]]]:
         out = []
         for item in [x.strip() for x in args.variants.split(",") if x.strip()]:
             name, _, flags = item.partition("=")
-            out.append((name, args.bin_dir, shlex.split(flags)))
+            name, _, bin_dir = name.partition("@")
+            out.append((name, Path(bin_dir).resolve() if bin_dir else args.bin_dir, shlex.split(flags)))
         return out
     return [("new", args.bin_dir, [])] + ([("old", args.old_bin_dir, [])] if args.old_bin_dir else [])
 
@@ -314,7 +316,7 @@ def main(argv: list[str]) -> int:
     for d in ("bin_dir", "old_bin_dir", "corpus", "eval_dir"):
         if getattr(args, d) is not None:
             setattr(args, d, getattr(args, d).resolve())
-    for b in [args.bin_dir] + ([args.old_bin_dir] if args.old_bin_dir else []):
+    for b in {args.bin_dir, *([args.old_bin_dir] if args.old_bin_dir else []), *(v[1] for v in variants(args))}:
         for exe in ("colonnade", "ps-shard"):
             if not os.access(b / exe, os.X_OK):
                 raise SystemExit(f"{b / exe} not found: run `cargo build --release` (or bench/cluster.sh)")

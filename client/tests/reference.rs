@@ -33,6 +33,7 @@ use crate::common::{
     assemble, grpc_cluster, max_abs_diff, params, run, run_in_process, run_on_cores, sample_corpus,
     vocab_of, DIM,
 };
+use colonnade_client::train::TrainParams;
 use colonnade_common::corpus::SentenceReader;
 use colonnade_common::init::init_input_row;
 use colonnade_common::model::Objective;
@@ -173,12 +174,7 @@ fn shared_dots(
 }
 
 /// Plain SGNS over the corpus, one epoch per `p.iter`, deferred minibatch updates.
-fn reference_train(
-    vocab: &Vocab,
-    corpus: &Path,
-    p: &colonnade_client::train::TrainParams,
-    cap: bool,
-) -> Reference {
+fn reference_train(vocab: &Vocab, corpus: &Path, p: &TrainParams, cap: bool) -> Reference {
     let d = DIM as usize;
     let n_words = vocab.len();
     let mut model = Reference {
@@ -507,30 +503,29 @@ async fn different_seeds_give_different_models() {
     assert!(max_abs_diff(&a, &b) > 1e-3);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cbow_matches_reference_for_one_two_and_three_shards() {
+/// `p`'s run on 1 shard in process (the fused step), 2 in process and 3
+/// over gRPC against the reference's longhand loop, to float tolerance, and
+/// away from the reference of `other` (the same run trained another way),
+/// so that the comparison tells the two apart.
+async fn matches_reference_not_other(what: &str, p: &TrainParams, other: &TrainParams) {
     let dir = tempfile::tempdir().expect("tempdir");
     let corpus = sample_corpus(dir.path(), 20_000);
     let vocab = Arc::new(vocab_of(&corpus, 3));
-    let mut p = params(13);
-    p.objective = Objective::Cbow;
-    let reference = reference_train(&vocab, &corpus, &p, true);
-    let mut sg = p.clone();
-    sg.objective = Objective::SkipGram;
-    let skip_gram = reference_train(&vocab, &corpus, &sg, true);
+    let reference = reference_train(&vocab, &corpus, p, true);
+    let unlike = reference_train(&vocab, &corpus, other, true);
     let v = vocab.len() as u64;
 
     // One shard in process: the fused step.
-    let (fp, cores1, summary) = run_in_process(1, &vocab, &corpus, &p).await;
+    let (fp, cores1, summary) = run_in_process(1, &vocab, &corpus, p).await;
     assert!(
         summary.pairs > 10_000,
         "trained only {} pairs",
         summary.pairs
     );
     // Two shards in process, three over gRPC.
-    let (_, cores2, _) = run_in_process(2, &vocab, &corpus, &p).await;
+    let (_, cores2, _) = run_in_process(2, &vocab, &corpus, p).await;
     let (spawned, grpc) = grpc_cluster(3).await;
-    let (fp3, _) = run(grpc, &vocab, &corpus, &p).await;
+    let (fp3, _) = run(grpc, &vocab, &corpus, p).await;
     assert_eq!(fp3, fp);
     let cores3: Vec<_> = spawned.iter().map(|s| Arc::clone(&s.core)).collect();
 
@@ -541,20 +536,20 @@ async fn cbow_matches_reference_for_one_two_and_three_shards() {
         ("2 shards in process", &cores2),
         ("3 shards over gRPC", &cores3),
     ] {
-        for (m, matrix, want, other) in [
-            ("u", Matrix::Input, &reference.u, &skip_gram.u),
-            ("v", Matrix::Output, &reference.v, &skip_gram.v),
+        for (m, matrix, want, off_from) in [
+            ("u", Matrix::Input, &reference.u, &unlike.u),
+            ("v", Matrix::Output, &reference.v, &unlike.v),
         ] {
             let got = assemble(cores, fp, matrix, v);
             let diff = max_abs_diff(&got, want);
             assert!(
                 diff <= tol,
-                "CBOW {name} {m}: max |distributed − reference| = {diff} > {tol}"
+                "{what} {name} {m}: max |distributed − reference| = {diff} > {tol}"
             );
-            let off = max_abs_diff(&got, other);
+            let off = max_abs_diff(&got, off_from);
             assert!(
                 off > 100.0 * tol,
-                "CBOW {name} {m}: as close to the skip-gram reference ({off})"
+                "{what} {name} {m}: as close to the other reference ({off})"
             );
         }
     }
@@ -563,62 +558,25 @@ async fn cbow_matches_reference_for_one_two_and_three_shards() {
     }
 }
 
-/// Shared negatives (`--shared-negatives`): the fused step of one shard in
-/// process, two in process and three over gRPC against the reference's
-/// longhand loop, and away from the skip-gram reference of the same run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cbow_matches_reference_for_one_two_and_three_shards() {
+    let mut p = params(13);
+    p.objective = Objective::Cbow;
+    let mut sg = p.clone();
+    sg.objective = Objective::SkipGram;
+    matches_reference_not_other("CBOW", &p, &sg).await;
+}
+
+/// Shared negatives (`--shared-negatives`), against the reference's own
+/// loop for them and away from plain skip-gram of the same run; the same
+/// model fingerprint (it is a way to train a skip-gram model).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shared_negatives_match_reference_for_one_two_and_three_shards() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let corpus = sample_corpus(dir.path(), 20_000);
-    let vocab = Arc::new(vocab_of(&corpus, 3));
     let mut p = params(17);
     p.shared_negatives = true;
-    let reference = reference_train(&vocab, &corpus, &p, true);
     let mut sg = p.clone();
     sg.shared_negatives = false;
-    let skip_gram = reference_train(&vocab, &corpus, &sg, true);
-    let v = vocab.len() as u64;
-    let (fp, cores1, summary) = run_in_process(1, &vocab, &corpus, &p).await;
-    assert!(
-        summary.pairs > 10_000,
-        "trained only {} pairs",
-        summary.pairs
-    );
-    let (_, cores2, _) = run_in_process(2, &vocab, &corpus, &p).await;
-    let (spawned, grpc) = grpc_cluster(3).await;
-    let (fp3, _) = run(grpc, &vocab, &corpus, &p).await;
-    assert_eq!(
-        fp3, fp,
-        "the same model: sharing negatives is a way to train it"
-    );
-    let cores3: Vec<_> = spawned.iter().map(|s| Arc::clone(&s.core)).collect();
-    let scale = norm_scale(&reference.u).max(norm_scale(&reference.v));
-    let tol = 1e-4 * scale.max(1e-3);
-    for (name, cores) in [
-        ("1 shard in process", &cores1),
-        ("2 shards in process", &cores2),
-        ("3 shards over gRPC", &cores3),
-    ] {
-        for (m, matrix, want, other) in [
-            ("u", Matrix::Input, &reference.u, &skip_gram.u),
-            ("v", Matrix::Output, &reference.v, &skip_gram.v),
-        ] {
-            let got = assemble(cores, fp, matrix, v);
-            let diff = max_abs_diff(&got, want);
-            assert!(
-                diff <= tol,
-                "shared negatives, {name} {m}: max |distributed − reference| = {diff} > {tol}"
-            );
-            let off = max_abs_diff(&got, other);
-            assert!(
-                off > 100.0 * tol,
-                "shared negatives, {name} {m}: as close to the skip-gram reference ({off})"
-            );
-        }
-    }
-    for s in spawned {
-        s.stop().await;
-    }
+    matches_reference_not_other("shared negatives", &p, &sg).await;
 }
 
 /// A call's steps in the reference (skip-gram): per dot product its input

@@ -166,9 +166,17 @@ pub struct Plan {
     /// Input positions sorted by word: word << 32 | position.
     input_keys: Vec<u64>,
     /// Per input row written: the scale of its Δu (see
-    /// [`input_loads`], [`crate::stale`]): skip-gram, per input position; CBOW, per
-    /// context word entry (each gets its position's Δu).
+    /// [`input_loads`], [`crate::stale`]): skip-gram (either way), per
+    /// input slot, one per distinct word ([`Plan::slots`]); CBOW, per context
+    /// word entry (each gets its position's Δu).
     pub(crate) input_scale: Vec<f32>,
+    /// Skip-gram: per input row entry (a position's word; with shared
+    /// negatives, a context word entry), its slot: the index of its word
+    /// among the call's distinct input words, whose u row the loops read
+    /// and write once per call.
+    slot_of: Vec<u32>,
+    /// Skip-gram: the call's distinct input words, one per slot.
+    slot_words: Vec<u32>,
     /// Per input row written: the dot products its word takes part in over
     /// the call (what its scale is of).
     input_load: Vec<u64>,
@@ -209,27 +217,17 @@ impl Plan {
         mb.objective.is_cbow() || mb.shared_negatives
     }
 
-    /// The u row the loops read for each input slot: skip-gram, each
-    /// position's word; CBOW, each position's word too (the loops read the
-    /// mean of its context words in its place); shared negatives, each
-    /// context word entry (one dot product per context word and target).
+    /// The u row the loops read for each input slot: skip-gram (either
+    /// way), each distinct input word of the call once (its Δu summed over
+    /// all its entries: a word in many positions or windows is read and
+    /// written once per call, not once per entry); CBOW, each input
+    /// position's word (the loops read the mean of its context words in its
+    /// place).
     pub(crate) fn slots(&self) -> &[u32] {
-        if self.shared {
-            &self.contexts
-        } else {
+        if self.objective.is_cbow() {
             &self.inputs
-        }
-    }
-
-    /// The input rows the call writes, one per [`Plan::input_scale`]:
-    /// skip-gram, each position's word (with all its pairs' dot products);
-    /// CBOW and shared negatives, each context word entry (with its
-    /// position's 1 + negative targets).
-    fn written_rows(&self) -> &[u32] {
-        if self.objective.is_cbow() || self.shared {
-            &self.contexts
         } else {
-            &self.inputs
+            &self.slot_words
         }
     }
 
@@ -298,7 +296,11 @@ impl Plan {
             &mut self.input_keys,
             &mut self.input_load,
             &mut self.input_words,
+            &mut self.slot_of,
         );
+        self.slot_words.clear();
+        self.slot_words
+            .extend(self.input_words.iter().map(|&(w, _)| w));
         self.scale_inputs_for(None);
     }
 
@@ -307,18 +309,19 @@ impl Plan {
     /// calls in flight ([`crate::stale`]).
     pub(crate) fn scale_inputs_for(&mut self, pending: Option<&Pending>) {
         let (cap, counted) = (self.cap, self.counted_in.is_some());
-        let mut scale = std::mem::take(&mut self.input_scale);
-        scale.clear();
-        scale.extend(
-            self.written_rows()
-                .iter()
-                .zip(&self.input_load)
-                .map(|(&w, &k)| {
-                    let load = pending.map_or(k, |p| Pending::load(p.of(true), w, k, counted));
-                    row_step_scale(load, cap)
-                }),
-        );
-        self.input_scale = scale;
+        let scale_of = |w: u32, k: u64| {
+            let load = pending.map_or(k, |p| Pending::load(p.of(true), w, k, counted));
+            row_step_scale(load, cap)
+        };
+        self.input_scale.clear();
+        if self.objective.is_cbow() {
+            let entries = self.contexts.iter().zip(&self.input_load);
+            self.input_scale
+                .extend(entries.map(|(&w, &k)| scale_of(w, k)));
+        } else {
+            let words = self.input_words.iter();
+            self.input_scale.extend(words.map(|&(w, k)| scale_of(w, k)));
+        }
     }
 
     /// Counts the call's dot products as pending on their rows (its dotprod
@@ -388,6 +391,11 @@ impl Plan {
         self.dots = examples * (negative + 1);
         if self.shared {
             self.spread();
+        } else if !self.objective.is_cbow() {
+            // Skip-gram: each dot product's input position to its slot.
+            for entry in &mut self.plan {
+                entry.1 = self.slot_of[entry.1 as usize];
+            }
         }
     }
 
@@ -429,7 +437,8 @@ impl Plan {
             for &(k, p) in &self.targets[start..end as usize] {
                 let (wire, first) = (self.target_wire[k as usize], self.context_start[p as usize]);
                 let c = counts[p as usize];
-                self.plan.extend((0..c).map(|j| (wire + j, first + j)));
+                let slots = &self.slot_of[first as usize..(first + c) as usize];
+                self.plan.extend((wire..).zip(slots.iter().copied()));
                 self.alphas[wire as usize..(wire + c) as usize]
                     .fill(self.target_alphas[k as usize]);
             }
@@ -575,7 +584,11 @@ impl Plan {
             + self.positives.capacity()
             + self.example_position.capacity();
         let u64s = self.keys.capacity() + self.keys_tmp.capacity() + self.input_keys.capacity();
-        let u32s = u32s + self.target_wire.capacity() + self.context_start.capacity();
+        let u32s = u32s
+            + self.target_wire.capacity()
+            + self.context_start.capacity()
+            + self.slot_of.capacity()
+            + self.slot_words.capacity();
         let pairs = self.plan.capacity()
             + self.groups.capacity()
             + self.example_info.capacity()
@@ -681,7 +694,9 @@ impl Runs<'_> {
 /// takes part in over the call, the load its Δu's scale is of: counted over
 /// all the word's entries (`examples[i]` examples of `per_pair` dot
 /// products each; one example per entry when `examples` is `None`), so a
-/// word written at many entries is capped as one row. `keys` is scratch.
+/// word written at many entries is capped as one row; into `words`, the
+/// distinct words in ascending order with their loads, and into `slot_of`,
+/// each entry's index in `words`. `keys` is scratch.
 fn input_loads(
     rows: &[u32],
     examples: Option<&[u32]>,
@@ -689,6 +704,7 @@ fn input_loads(
     keys: &mut Vec<u64>,
     load: &mut Vec<u64>,
     words: &mut Vec<(u32, u64)>,
+    slot_of: &mut Vec<u32>,
 ) {
     keys.clear();
     keys.extend(
@@ -699,6 +715,8 @@ fn input_loads(
     keys.sort_unstable();
     load.clear();
     load.resize(rows.len(), 0);
+    slot_of.clear();
+    slot_of.resize(rows.len(), 0);
     words.clear();
     for run in keys.chunk_by(|a, b| a >> 32 == b >> 32) {
         let pairs: u64 = run
@@ -707,6 +725,7 @@ fn input_loads(
             .sum();
         for &key in run {
             load[key as u32 as usize] = pairs * per_pair;
+            slot_of[key as u32 as usize] = words.len() as u32;
         }
         words.push(((run[0] >> 32) as u32, pairs * per_pair));
     }

@@ -60,6 +60,24 @@ fn a_plan_deals_the_sample_as_defined() {
             vec![0, 0, 1, 2, 2, 2, 3, 4, 5, 5]
         };
         let alpha_of = |p: u32| if p < 4 { 0.5 } else { 0.25 };
+        // A dot product's input slot: CBOW, its position; skip-gram, its
+        // input word's slot (one per distinct word of the call).
+        let inputs: Vec<u32> = call.iter().flat_map(|mb| mb.inputs.clone()).collect();
+        let input_of = |slot: u32| {
+            if cbow {
+                slot
+            } else {
+                plan.slots()[slot as usize]
+            }
+        };
+        let example_input = |e: usize| {
+            let p = example_position[e];
+            if cbow {
+                p
+            } else {
+                inputs[p as usize]
+            }
+        };
         assert_eq!(rows[..e_count], positives[..]);
         let n = (e_count * negative) as u128;
         let deal = Deal::new(11, e_count as u64, negative as u32, sampler.total());
@@ -69,7 +87,7 @@ fn a_plan_deals_the_sample_as_defined() {
             let e = deal.example_of(i as u64, e_count as u64) as usize;
             let w = e_count + i;
             assert_eq!(rows[w], sampler.word_at(x), "negative {i}");
-            assert_eq!(position_of[w], example_position[e], "negative {i}");
+            assert_eq!(input_of(position_of[w]), example_input(e), "negative {i}");
             let alpha = if rows[w] == positives[e] {
                 0.0
             } else {
@@ -78,7 +96,7 @@ fn a_plan_deals_the_sample_as_defined() {
             assert_eq!(plan.alphas[w], alpha, "negative {i}");
         }
         for e in 0..e_count {
-            assert_eq!(position_of[e], example_position[e]);
+            assert_eq!(input_of(position_of[e]), example_input(e));
             assert_eq!(plan.alphas[e], alpha_of(example_position[e]));
         }
         assert!(plan
@@ -153,9 +171,18 @@ fn shared_negatives_spread_each_target_over_its_contexts() {
     assert_eq!(shared.len(), 10 * (negative + 1));
     assert_eq!(shared.examples(), 10, "one positive per pair");
     assert_eq!(shared.rows_by_wire(), rows);
-    assert_eq!(slots_of(&shared), slots);
+    // Each dot product's input slot holds its context word, read once.
+    let words: Vec<u32> = slots_of(&shared)
+        .iter()
+        .map(|&s| shared.slots()[s as usize])
+        .collect();
+    let contexts: Vec<u32> = slots.iter().map(|&e| shared.contexts[e as usize]).collect();
+    assert_eq!(words, contexts);
     assert_eq!(shared.alphas, alphas);
-    assert_eq!(shared.slots(), &shared.contexts[..]);
+    let mut distinct = shared.contexts.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    assert_eq!(shared.slots(), &distinct[..], "one slot per distinct word");
     assert!(shared
         .groups
         .windows(2)
