@@ -175,13 +175,13 @@ pub struct Plan {
     /// among the call's distinct input words, whose u row the loops read
     /// and write once per call.
     slot_of: Vec<u32>,
-    /// Skip-gram: the call's distinct input words, one per slot.
+    /// The call's distinct input words in ascending order (skip-gram: one
+    /// per slot) and the dot products each takes part in over the call.
     slot_words: Vec<u32>,
+    slot_loads: Vec<u64>,
     /// Per input row written: the dot products its word takes part in over
     /// the call (what its scale is of).
     input_load: Vec<u64>,
-    /// The call's distinct input words and their dot products.
-    input_words: Vec<(u32, u64)>,
     /// The pending counts this plan's dot products are counted in
     /// ([`crate::stale`]), from its dotprod until its adjust or its drop.
     counted_in: Option<Arc<Pending>>,
@@ -217,6 +217,12 @@ impl Plan {
         mb.objective.is_cbow() || mb.shared_negatives
     }
 
+    /// Whether this call's examples are its input positions (as
+    /// [`Plan::per_position`] of its minibatches).
+    fn examples_are_positions(&self) -> bool {
+        self.objective.is_cbow() || self.shared
+    }
+
     /// The u row the loops read for each input slot: skip-gram (either
     /// way), each distinct input word of the call once (its Δu summed over
     /// all its entries: a word in many positions or windows is read and
@@ -250,7 +256,7 @@ impl Plan {
         self.example_position.clear();
         self.objective = mbs.first().map_or(Objective::SkipGram, |mb| mb.objective);
         self.shared = mbs.first().is_some_and(|mb| mb.shared_negatives);
-        let per_position = self.objective.is_cbow() || self.shared;
+        let per_position = self.examples_are_positions();
         for mb in mbs {
             let first = self.inputs.len() as u32;
             self.inputs.extend_from_slice(&mb.inputs);
@@ -282,7 +288,7 @@ impl Plan {
     /// The call's row step cap and its input rows' step scales.
     fn scale_inputs(&mut self, negative: u32) {
         self.cap = row_step_cap(&self.context_counts, negative);
-        let per_position = self.objective.is_cbow() || self.shared;
+        let per_position = self.examples_are_positions();
         let examples = (!per_position).then_some(&self.context_counts[..]);
         let rows = if per_position {
             &self.contexts
@@ -295,12 +301,10 @@ impl Plan {
             u64::from(negative) + 1,
             &mut self.input_keys,
             &mut self.input_load,
-            &mut self.input_words,
+            &mut self.slot_words,
+            &mut self.slot_loads,
             &mut self.slot_of,
         );
-        self.slot_words.clear();
-        self.slot_words
-            .extend(self.input_words.iter().map(|&(w, _)| w));
         self.scale_inputs_for(None);
     }
 
@@ -319,8 +323,9 @@ impl Plan {
             self.input_scale
                 .extend(entries.map(|(&w, &k)| scale_of(w, k)));
         } else {
-            let words = self.input_words.iter();
-            self.input_scale.extend(words.map(|&(w, k)| scale_of(w, k)));
+            let words = self.slot_words.iter().zip(&self.slot_loads);
+            self.input_scale
+                .extend(words.map(|(&w, &k)| scale_of(w, k)));
         }
     }
 
@@ -335,7 +340,7 @@ impl Plan {
             start = end;
         }
         let u = pending.of(true);
-        for &(w, k) in &self.input_words {
+        for (&w, &k) in self.slot_words.iter().zip(&self.slot_loads) {
             Pending::add(u, w, k);
         }
         self.counted_in = Some(Arc::clone(pending));
@@ -359,7 +364,7 @@ impl Plan {
             start = end;
         }
         let u = pending.of(true);
-        for &(w, k) in &self.input_words {
+        for (&w, &k) in self.slot_words.iter().zip(&self.slot_loads) {
             Pending::sub(u, w, k);
         }
     }
@@ -568,7 +573,7 @@ impl Plan {
             example += n_ex;
         }
         example == self.positives.len()
-            && (!(self.objective.is_cbow() || self.shared)
+            && (!self.examples_are_positions()
                 || mbs
                     .iter()
                     .flat_map(|mb| &mb.outputs)
@@ -599,7 +604,7 @@ impl Plan {
             + self.position_alpha.capacity()
             + self.alphas.capacity()
             + self.target_alphas.capacity();
-        let u64s = u64s + self.input_load.capacity() + 2 * self.input_words.capacity();
+        let u64s = u64s + self.input_load.capacity() + self.slot_loads.capacity();
         u32s * 4
             + u64s * 8
             + pairs * size_of::<(u32, u32)>()
@@ -695,15 +700,20 @@ impl Runs<'_> {
 /// all the word's entries (`examples[i]` examples of `per_pair` dot
 /// products each; one example per entry when `examples` is `None`), so a
 /// word written at many entries is capped as one row; into `words`, the
-/// distinct words in ascending order with their loads, and into `slot_of`,
+/// distinct words in ascending order, into `word_loads` their loads, and into `slot_of`,
 /// each entry's index in `words`. `keys` is scratch.
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the plan's buffers it fills, spelled out"
+)]
 fn input_loads(
     rows: &[u32],
     examples: Option<&[u32]>,
     per_pair: u64,
     keys: &mut Vec<u64>,
     load: &mut Vec<u64>,
-    words: &mut Vec<(u32, u64)>,
+    words: &mut Vec<u32>,
+    word_loads: &mut Vec<u64>,
     slot_of: &mut Vec<u32>,
 ) {
     keys.clear();
@@ -718,6 +728,7 @@ fn input_loads(
     slot_of.clear();
     slot_of.resize(rows.len(), 0);
     words.clear();
+    word_loads.clear();
     for run in keys.chunk_by(|a, b| a >> 32 == b >> 32) {
         let pairs: u64 = run
             .iter()
@@ -727,7 +738,8 @@ fn input_loads(
             load[key as u32 as usize] = pairs * per_pair;
             slot_of[key as u32 as usize] = words.len() as u32;
         }
-        words.push(((run[0] >> 32) as u32, pairs * per_pair));
+        words.push((run[0] >> 32) as u32);
+        word_loads.push(pairs * per_pair);
     }
 }
 
