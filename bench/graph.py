@@ -322,6 +322,9 @@ def main() -> int:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--splits", type=int, default=5, help="seeded splits per labelled fraction")
     p.add_argument("--workdir", type=Path, default=None)
+    p.add_argument("--variant", action="append", default=[], metavar="NAME=FLAGS",
+                   help="DeepWalk: also train each graph with these extra `colonnade train` flags, "
+                        "reported as 'Colonnade (NAME)'; repeatable")
     p.add_argument("--json-out", type=Path, default=None)
     a = p.parse_args()
     if a.gensim_child:
@@ -341,7 +344,10 @@ def main() -> int:
         g = run_gensim(a, work, name, edges, None, 80, 40)
         c = run_colonnade(a, work, name, edges, 80, 40, [])
         row = {"gensim": g, "colonnade": c}
-        for who in ("gensim", "colonnade"):
+        for v in a.variant:
+            vname, _, flags = v.partition("=")
+            row[f"colonnade ({vname})"] = run_colonnade(a, work, f"{name}-{vname}", edges, 80, 40, shlex.split(flags))
+        for who in row:
             score(a, row[who], labels)
         results["deepwalk"][name] = row
         log(f"{name}: gensim {g['wall_seconds']:.1f} s, colonnade {c['wall_seconds']:.1f} s")
@@ -374,8 +380,9 @@ def main() -> int:
                 + " | ".join(f"F1 {int(f * 100)} %" for f in FRACTIONS) + " | F1 by `colonnade eval` " + " / ".join(f"{int(f*100)} %" for f in FRACTIONS) + " | max |ours − sklearn| |",
                 "|---|---|---:|---:|---:|" + "---|" * len(FRACTIONS) + "---|---:|"]
         for name, row in results["deepwalk"].items():
-            g, c = row["gensim"], row["colonnade"]
-            for who, r in (("gensim (Python walks)", g), ("Colonnade", c)):
+            g = row["gensim"]
+            for who, r in row.items():
+                who = {"gensim": "gensim (Python walks)", "colonnade": "Colonnade"}.get(who, who.replace("colonnade", "Colonnade"))
                 wall = r["wall_seconds"]
                 detail = (f"{wall:.1f} ({r['walk_seconds']:.1f} + {r['train_seconds']:.1f})" if "walk_seconds" in r
                           else f"{wall:.1f}")

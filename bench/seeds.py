@@ -53,14 +53,14 @@ DEFAULT_CORPUS = DATA / "corpus" / "enwiki_text8style_part01.txt.xz"
 
 
 def run_colonnade(a, plain: Path, vocab: Path, work: Path, seed: int, bin_dir: Path | None = None,
-                  system: str = "Colonnade") -> dict:
+                  system: str = "Colonnade", extra: str | None = None) -> dict:
     bin_dir = bin_dir or a.bin_dir
     tag = "-".join(re.findall(r"[a-z0-9]+", system.lower())) + f"-s{seed}"
     out = work / f"{tag}.bin"
     summary = work / f"{tag}.summary.json"
     cmd = [str(bin_dir / "colonnade"), "train", "--corpus", str(plain), "--vocab", str(vocab),
            "--embedded-shards", "1", "--threads", str(a.threads), *training_flags(a, a.iter),
-           "--seed", str(seed), *shlex.split(a.colonnade_args),
+           "--seed", str(seed), *shlex.split(a.colonnade_args if extra is None else extra),
            "--output-binary", str(out), "--summary", str(summary)]
     log(f"{tag}: {shlex.join(cmd)}")
     proc = run_child(cmd, work / f"{tag}.log")
@@ -82,6 +82,10 @@ def main() -> int:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--cbow", action="store_true", help="CBOW in both systems (gensim sg=0, cbow_mean=1)")
     p.add_argument("--colonnade-args", default="", help="extra flags for `colonnade train`, one string")
+    p.add_argument("--variant", action="append", default=[], metavar="NAME=FLAGS",
+                   help="also train each seed with the same binary and these `colonnade train` flags "
+                        "instead of --colonnade-args, reported as 'Colonnade (NAME)'; repeatable")
+    p.add_argument("--skip-gensim", action="store_true", help="train Colonnade only (no gensim rows)")
     p.add_argument("--baseline-bin-dir", type=Path, default=None,
                    help="also train each seed with the `colonnade` in this directory (an older build), "
                         "reported as 'Colonnade (baseline)': old and new binary in one run")
@@ -92,6 +96,12 @@ def main() -> int:
     p.add_argument("--workdir", type=Path, default=None, help="keep corpus, vectors and logs here (default: a temp dir, removed)")
     a = p.parse_args()
     seeds = [int(s) for s in a.seeds.split(",") if s.strip()]
+    variants = []
+    for v in a.variant:
+        name, sep, flags = v.partition("=")
+        if not sep or not name:
+            p.error(f"--variant {v!r}: expected NAME=FLAGS")
+        variants.append((name, flags))
     if not seeds:
         p.error("--seeds: at least one seed")
     work = a.workdir or Path(tempfile.mkdtemp(prefix="colonnade-seeds-"))
@@ -104,14 +114,17 @@ def main() -> int:
         vocab = Path(make_vocab(a, plain, work)["path"])
         rows = []
         for seed in seeds:
-            g = run_gensim(a, plain, work, seed=seed, tag=f"gensim-s{seed}")
-            rows.append({"system": "gensim", "seed": seed, "train_seconds": g["train_seconds"],
-                         "vectors": g["vectors"], "version": g.get("gensim_version")})
+            if not a.skip_gensim:
+                g = run_gensim(a, plain, work, seed=seed, tag=f"gensim-s{seed}")
+                rows.append({"system": "gensim", "seed": seed, "train_seconds": g["train_seconds"],
+                             "vectors": g["vectors"], "version": g.get("gensim_version")})
             if a.gensim_c_init:
                 g = run_gensim(a, plain, work, seed=seed, tag=f"gensim-cinit-s{seed}", init_scale=0.5)
                 rows.append({"system": "gensim (C init)", "seed": seed, "train_seconds": g["train_seconds"],
                              "vectors": g["vectors"], "version": g.get("gensim_version")})
             rows.append(run_colonnade(a, plain, vocab, work, seed))
+            for name, flags in variants:
+                rows.append(run_colonnade(a, plain, vocab, work, seed, system=f"Colonnade ({name})", extra=flags))
             if a.baseline_bin_dir:
                 rows.append(run_colonnade(a, plain, vocab, work, seed, a.baseline_bin_dir, "Colonnade (baseline)"))
         for r in rows:
@@ -135,18 +148,23 @@ def main() -> int:
         e = r["eval"]
         out.append(f"| {r['system']} | {r['seed']} | {r['train_seconds']:.1f} | {100 * e['analogy_accuracy']:.2f} "
                    f"({100 * e['analogy_semantic']:.2f} / {100 * e['analogy_syntactic']:.2f}) | {e['ws353_spearman']:.3f} |")
-    out += ["", "| system | runs | analogy mean | median | min – max | WS-353 mean |", "|---|---:|---:|---:|---|---:|"]
+    out += ["", "| system | runs | analogy mean | median | min – max | WS-353 mean | train s, median |",
+            "|---|---:|---:|---:|---|---:|---:|"]
     stats = {}
     for system in dict.fromkeys(r["system"] for r in rows):
         acc = [100 * r["eval"]["analogy_accuracy"] for r in rows if r["system"] == system]
         ws = [r["eval"]["ws353_spearman"] for r in rows if r["system"] == system]
         stats[system] = {"mean": statistics.mean(acc), "median": statistics.median(acc), "min": min(acc), "max": max(acc),
-                         "ws_mean": statistics.mean(ws)}
+                         "ws_mean": statistics.mean(ws),
+                         "train_median": statistics.median(r["train_seconds"] for r in rows if r["system"] == system)}
         s = stats[system]
         out.append(f"| {system} | {len(acc)} | {s['mean']:.2f} | {s['median']:.2f} | {s['min']:.2f} – {s['max']:.2f} | "
-                   f"{s['ws_mean']:.3f} |")
-    diff = stats["Colonnade"]["mean"] - stats["gensim"]["mean"]
-    out += ["", f"Colonnade − gensim, mean analogy: {diff:+.2f} points."]
+                   f"{s['ws_mean']:.3f} | {s['train_median']:.1f} |")
+    if "gensim" in stats:
+        for system in stats:
+            if system != "gensim":
+                diff = stats[system]["median"] - stats["gensim"]["median"]
+                out += ["", f"{system} − gensim, median analogy: {diff:+.2f} points."]
     report = "\n".join(out)
     print(report)
     json_out = a.json_out or REPO / "bench" / "results" / f"seeds-{started:%Y%m%d-%H%M%S}.json"
