@@ -392,7 +392,7 @@ fn train_params(args: &TrainArgs, threads: usize, in_process: bool) -> TrainPara
         max_sentence: DEFAULT_MAX_SENTENCE,
         invalid_utf8: args.invalid_utf8.into(),
         objective: Objective::from_cbow(args.cbow),
-        shared_negatives: args.shared_negatives,
+        shared_negatives: args.shared_negatives(),
     }
 }
 

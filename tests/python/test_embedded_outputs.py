@@ -20,6 +20,7 @@ from conftest import (
     count_words,
     read_vocab_file,
     run,
+    run_fail,
     train_args,
     vocab_header_fingerprint,
 )
@@ -153,8 +154,29 @@ def test_hdf5_attributes(trained):
         assert config["params"]["negative"] == NEGATIVE
         assert config["params"]["seed"] == SEED
         assert config["params"]["iter"] == 1
+        # Skip-gram shares each position's negatives among its context words
+        # unless told otherwise.
+        assert config["params"]["shared_negatives"] is True, config["params"]
     # The run log names the same model.
     assert fp in trained.stderr
+
+
+@pytest.mark.parametrize("name, flags", [("cbow", dict(cbow=True)), ("pairs", dict(shared_negatives="false"))])
+def test_negatives_are_shared_only_by_default_skip_gram(small_corpus, tmp_path, name, flags):
+    """CBOW (one set of negatives per position already) and `--shared-negatives
+    false` train with fresh negatives per pair; the file says which ran."""
+    h5 = tmp_path / f"{name}.h5"
+    run(train_args(small_corpus, embedded_shards=1, size=DIM, output=h5, **flags))
+    with h5py.File(h5, "r") as f:
+        config = json.loads(f.attrs["config_json"])
+    assert config["params"]["shared_negatives"] is False, config["params"]
+
+
+def test_shared_negatives_are_refused_for_cbow(small_corpus, tmp_path):
+    res = run_fail(train_args(small_corpus, embedded_shards=1, cbow=True, shared_negatives=True,
+                              output=tmp_path / "never.h5"))
+    assert "--shared-negatives is for skip-gram" in res.stderr, res.describe()
+    assert not (tmp_path / "never.h5").exists()
 
 
 def test_summary_counts_every_corpus_token(trained):

@@ -191,7 +191,7 @@ def test_training_releases_the_gil(small_corpus):
     t.start()
     start = time.monotonic()
     try:
-        cn.Word2Vec(corpus_file=str(small_corpus), vector_size=64, sg=1, epochs=3, workers=2, sample=1e-3)
+        cn.Word2Vec(corpus_file=str(small_corpus), vector_size=64, sg=1, epochs=10, workers=2, sample=1e-3)
     finally:
         stop.set()
         t.join()
