@@ -273,12 +273,23 @@ def gensim_worker(args: argparse.Namespace) -> None:
         model.wv.vectors *= init_scale
     r0 = resource.getrusage(resource.RUSAGE_SELF)
     t0 = time.monotonic()
-    trained_words, raw_words = model.train(
-        corpus_iterable=corpus,
-        total_examples=model.corpus_count,
-        total_words=model.corpus_total_words,
-        epochs=model.epochs,
-    )
+    if getattr(args, "gensim_corpus_file", False):
+        # gensim's `corpus_file=` mode: each worker reads 1/workers of the
+        # file, with its own rate schedule (see docs/benchmarks.md, "CBOW in
+        # few epochs: gensim's two schedules").
+        trained_words, raw_words = model.train(
+            corpus_file=args.gensim_worker_corpus,
+            total_examples=model.corpus_count,
+            total_words=model.corpus_total_words,
+            epochs=model.epochs,
+        )
+    else:
+        trained_words, raw_words = model.train(
+            corpus_iterable=corpus,
+            total_examples=model.corpus_count,
+            total_words=model.corpus_total_words,
+            epochs=model.epochs,
+        )
     train_seconds = time.monotonic() - t0
     r1 = resource.getrusage(resource.RUSAGE_SELF)
     model.wv.save_word2vec_format(args.gensim_worker_out, binary=True)
@@ -342,9 +353,10 @@ def make_vocab(args: argparse.Namespace, plain: Path, work: Path) -> dict:
 
 
 def run_gensim(args: argparse.Namespace, plain: Path, work: Path, seed: int = 1, tag: str = "gensim",
-               init_scale: float = 1.0) -> dict:
+               init_scale: float = 1.0, corpus_file: bool = False) -> dict:
     """One gensim training run in a child process (gensim's own `seed`; its
-    initial input vectors times `init_scale`)."""
+    initial input vectors times `init_scale`; with `corpus_file`, trained in
+    gensim's `corpus_file=` mode instead of from an iterable)."""
     out = work / f"{tag}.bin"
     result_path = work / f"{tag}.json"
     cmd = [
@@ -357,6 +369,7 @@ def run_gensim(args: argparse.Namespace, plain: Path, work: Path, seed: int = 1,
         "--threads", str(args.threads),
         "--seed", str(seed),
         "--gensim-worker-init-scale", repr(init_scale),
+        *(["--gensim-worker-corpus-file"] if corpus_file else []),
     ]
     log("gensim: training (log: %s)" % (work / f"{tag}.log"))
     proc = run_child(cmd, work / f"{tag}.log")
@@ -377,6 +390,7 @@ def add_gensim_worker_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gensim-worker-out", help=argparse.SUPPRESS)
     p.add_argument("--gensim-worker-result", help=argparse.SUPPRESS)
     p.add_argument("--gensim-worker-init-scale", dest="init_scale", type=float, default=1.0, help=argparse.SUPPRESS)
+    p.add_argument("--gensim-worker-corpus-file", dest="gensim_corpus_file", action="store_true", help=argparse.SUPPRESS)
 
 
 # --------------------------------------------------------------------------- colonnade

@@ -92,6 +92,9 @@ def main() -> int:
     p.add_argument("--gensim-c-init", action="store_true",
                    help="also train gensim with word2vec C's initial range U[-0.5/d, 0.5/d) "
                         "(gensim 4 draws from U[-1/d, 1/d)), reported as 'gensim (C init)'")
+    p.add_argument("--gensim-corpus-file", action="store_true",
+                   help="also train gensim in its corpus_file= mode (each worker its own share of the file and "
+                        "its own rate schedule), reported as 'gensim (corpus_file)'")
     p.add_argument("--json-out", type=Path, default=None)
     p.add_argument("--workdir", type=Path, default=None, help="keep corpus, vectors and logs here (default: a temp dir, removed)")
     a = p.parse_args()
@@ -117,6 +120,10 @@ def main() -> int:
             if not a.skip_gensim:
                 g = run_gensim(a, plain, work, seed=seed, tag=f"gensim-s{seed}")
                 rows.append({"system": "gensim", "seed": seed, "train_seconds": g["train_seconds"],
+                             "vectors": g["vectors"], "version": g.get("gensim_version")})
+            if a.gensim_corpus_file:
+                g = run_gensim(a, plain, work, seed=seed, tag=f"gensim-cf-s{seed}", corpus_file=True)
+                rows.append({"system": "gensim (corpus_file)", "seed": seed, "train_seconds": g["train_seconds"],
                              "vectors": g["vectors"], "version": g.get("gensim_version")})
             if a.gensim_c_init:
                 g = run_gensim(a, plain, work, seed=seed, tag=f"gensim-cinit-s{seed}", init_scale=0.5)

@@ -33,6 +33,8 @@ Needs numba in .venv (not a project dependency): .venv/bin/pip install numba
 
     .venv/bin/python bench/shared_negatives.py --modes pair,shared-5,shared-10 --seeds 1,2
     .venv/bin/python bench/shared_negatives.py --modes c-pair,c-window --seeds 1,2
+    .venv/bin/python bench/shared_negatives.py --modes cbow,cbow-maxexp --seeds 1,2 --alpha 0.05 \
+        --epochs 2 --init-scale 1.0     # issue 44: an independent CBOW
 """
 from __future__ import annotations
 
@@ -149,8 +151,50 @@ def _position_c(syn0, syn1, sen, t, lo, hi, table, negative, share, negs, alpha,
 
 
 @njit(cache=True, fastmath=True)
+def _position_cbow(syn0, syn1, sen, t, lo, hi, table, negative, max_exp, alpha, neu, neu1):
+    """CBOW as gensim's `fast_sentence_cbow_neg` (cbow_mean=1): the mean of
+    the context rows against the word at t and `negative` negatives (one
+    equal to the word skipped); each context row gets the whole error. With
+    `max_exp`, a dot product beyond ±6 takes no step, as gensim and
+    word2vec C's table lookups skip it."""
+    word = sen[t]
+    count = hi - lo - 1
+    if count <= 0:
+        return
+    dim = syn0.shape[1]
+    neu1[:] = 0.0
+    for c in range(lo, hi):
+        if c != t:
+            for j in range(dim):
+                neu1[j] += syn0[sen[c], j]
+    for j in range(dim):
+        neu1[j] /= count
+    neu[:] = 0.0
+    for d in range(negative + 1):
+        if d == 0:
+            tgt, label = word, 1.0
+        else:
+            tgt, label = table[np.random.randint(0, table.shape[0])], 0.0
+            if tgt == word:
+                continue
+        f = 0.0
+        for j in range(dim):
+            f += neu1[j] * syn1[tgt, j]
+        if max_exp and (f <= -6.0 or f >= 6.0):
+            continue
+        s = 1.0 / (1.0 + np.exp(-max(min(f, 30.0), -30.0)))
+        g = (label - s) * alpha
+        for j in range(dim):
+            neu[j] += g * syn1[tgt, j]
+            syn1[tgt, j] += g * neu1[j]
+    for c in range(lo, hi):
+        if c != t:
+            syn0[sen[c]] += neu
+
+
+@njit(cache=True, fastmath=True)
 def _train(corpus, keep, syn0, syn1, table, window, negative, shared_k, c_orientation, share,
-           alpha0, min_alpha, seed, epochs):
+           alpha0, min_alpha, seed, epochs, cbow, max_exp):
     """Sentences, windows and the rate schedule as word2vec's; each position
     trained by [`_position`] or (`c_orientation`) [`_position_c`]."""
     np.random.seed(seed)
@@ -158,6 +202,7 @@ def _train(corpus, keep, syn0, syn1, table, window, negative, shared_k, c_orient
     total = n_tokens * epochs
     sen = np.empty(1000, dtype=np.int32)
     neu = np.zeros(syn0.shape[1], dtype=np.float32)
+    neu1 = np.zeros(syn0.shape[1], dtype=np.float32)
     negs = np.empty(max(shared_k, negative, 1), dtype=np.int32)
     done = 0
     for _ in range(epochs):
@@ -167,7 +212,9 @@ def _train(corpus, keep, syn0, syn1, table, window, negative, shared_k, c_orient
             alpha = max(alpha0 - (alpha0 - min_alpha) * ((done + pos) / total), min_alpha)
             for t in range(n):
                 lo, hi = _window(t, n, window)
-                if c_orientation:
+                if cbow:
+                    _position_cbow(syn0, syn1, sen, t, lo, hi, table, negative, max_exp, alpha, neu, neu1)
+                elif c_orientation:
                     _position_c(syn0, syn1, sen, t, lo, hi, table, negative, share, negs, alpha, neu)
                 else:
                     _position(syn0, syn1, sen, t, lo, hi, table, negative, shared_k, negs, alpha, neu)
@@ -198,6 +245,8 @@ def main() -> int:
     p.add_argument("--alpha", type=float, default=0.025)
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--min-count", type=int, default=5)
+    p.add_argument("--init-scale", type=float, default=0.5,
+                   help="input rows start in U[-s/d, s/d): 0.5 is word2vec C's range, 1.0 gensim 4's")
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args()
 
@@ -220,13 +269,15 @@ def main() -> int:
     work.mkdir(exist_ok=True)
     for seed in [int(s) for s in args.seeds.split(",")]:
         for mode in args.modes.split(","):
-            k = 0 if mode in ("pair", "c-pair", "c-window") else int(mode.split("-")[1])
+            k = 0 if mode in ("pair", "c-pair", "c-window", "cbow", "cbow-maxexp") else int(mode.split("-")[1])
             rng = np.random.default_rng(seed)
-            syn0 = ((rng.random((len(words), args.size), dtype=np.float32) - 0.5) / args.size).astype(np.float32)
+            syn0 = ((rng.random((len(words), args.size), dtype=np.float32) * 2 - 1) * args.init_scale
+                    / args.size).astype(np.float32)
             syn1 = np.zeros((len(words), args.size), dtype=np.float32)
             t = time.time()
             _train(ids, keep, syn0, syn1, table, args.window, args.negative, k, mode.startswith("c-"),
-                   mode == "c-window", args.alpha, args.alpha * 1e-4, seed, args.epochs)
+                   mode == "c-window", args.alpha, args.alpha * 1e-4, seed, args.epochs,
+                   mode.startswith("cbow"), mode == "cbow-maxexp")
             secs = time.time() - t
             kv = KeyedVectors(args.size)
             kv.add_vectors(words, syn0)
@@ -240,7 +291,8 @@ def main() -> int:
     print("\n| mode | dot products per position | seeds | analogy % (each) | WS-353 ρ (each) |\n|---|---|---:|---|---|")
     for mode in args.modes.split(","):
         rs = [r for r in rows if r["mode"] == mode]
-        dots = {"pair": "w·(1 + n)", "c-pair": "w·(1 + n)", "c-window": "w·(1 + n), 1 + n rows"}.get(
+        dots = {"pair": "w·(1 + n)", "c-pair": "w·(1 + n)", "c-window": "w·(1 + n), 1 + n rows",
+                "cbow": "1 + n", "cbow-maxexp": "1 + n"}.get(
             mode, f"w + {mode.split('-')[-1]}")
         print(f"| {mode} | {dots} | {len(rs)} | " + " / ".join(f"{100 * r['analogy']:.2f}" for r in rs)
               + " | " + " / ".join(f"{r['ws353']:.3f}" for r in rs) + " |")
