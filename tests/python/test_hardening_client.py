@@ -121,7 +121,7 @@ def test_a_final_checkpoint_the_shard_cannot_take_still_writes_the_outputs(tmp_p
     out = tmp_path / "m.h5"
     retry = 40
     client = Proc(
-        train_args(small_corpus, shards=shard.endpoint, vocab=vocab, output=out, iter=4, threads=1, in_flight=1,
+        train_args(small_corpus, shards=shard.endpoint, vocab=vocab, output=out, iter=16, threads=1, in_flight=1,
                    checkpoint_interval=1, retry_timeout=retry),
         tmp_path / "client.log",
     )

@@ -280,7 +280,10 @@ def test_a_cluster_of_two_ps_shards_driven_from_python(corpus_100k, shard_launch
 
 
 CTRL_C = """
-import colonnade, sys
+import colonnade, signal, sys
+# As in an interactive session, whatever the launching shell left ignored (a
+# background job started without job control ignores SIGINT, and Python keeps that).
+signal.signal(signal.SIGINT, signal.default_int_handler)
 m = colonnade.Word2Vec(vector_size=32, sg=1, epochs=200, workers=2, sample=1e-3)
 print("training", flush=True)
 try:

@@ -27,6 +27,10 @@ def status_kib(pid: int, field: str) -> int:
     raise AssertionError(f"no {field} in /proc/{pid}/status")
 
 
+# What a shard process holds beyond the formula whatever the model (see the test below).
+FIXED_BYTES = 20 * 2**20
+
+
 def formula_bytes(words: int, cols: int, table_over_runs: bool = False) -> int:
     """README's sizing: 2 matrices × V × (cols × 4 + 4 bytes of row lock, 1 for a multiple of 16
     columns) + 16 × V (sampler, counts).
@@ -60,17 +64,19 @@ def test_two_million_words_over_four_shards_within_the_formula(shard_launcher, t
 
     # The peak against README's bound; what is held against the formula with the table this
     # vocabulary gets (2M words in count order: over runs, so the bound's 8 × V for it is not
-    # held). About 15 MiB of a shard's peak is fixed (threads, gRPC buffers): 9 % of this small
-    # model, 0.4 % of bench/scale.sh's 20M one.
+    # held). About 15-17 MiB of a shard's peak is fixed (threads, gRPC and call buffers, the same
+    # at any V; 15.5-16.9 MiB on the AVX-512 host of 2026-11-29, with or without shared
+    # negatives): 10 % of this small model, 0.4 % of bench/scale.sh's 20M one. So the bound is
+    # the formula plus 20 MiB, not a ratio that a 2M-word model makes mostly fixed cost.
     bound = formula_bytes(WORDS, DIM // SHARDS)
     need = formula_bytes(WORDS, DIM // SHARDS, table_over_runs=True)
     for pid, base, s in zip(pids, idle, shard_launcher.shards, strict=True):
         peak = status_kib(pid, "VmHWM") * 1024 - base
         held = status_kib(pid, "VmRSS") * 1024 - base
-        ratio = peak / bound
+        ratio = (peak - FIXED_BYTES) / bound
         print(f"{s.endpoint}: formula {bound / 2**20:.1f} MiB as a bound, {need / 2**20:.1f} MiB with this "
-              f"table, peak {peak / 2**20:.1f} MiB ({ratio:.3f}x the bound), held {held / 2**20:.1f} MiB")
-        assert ratio <= 1.1, f"{s.endpoint}: peak {peak} bytes > 1.1 × formula {bound}\n{s.log_text()}"
+              f"table, peak {peak / 2**20:.1f} MiB ({ratio:.3f}x the bound after the fixed 20 MiB), held {held / 2**20:.1f} MiB")
+        assert peak <= bound + FIXED_BYTES, f"{s.endpoint}: peak {peak} bytes > formula {bound} + 20 MiB\n{s.log_text()}"
         assert held >= 0.95 * need, f"{s.endpoint}: holds {held} bytes, formula says {need}: is the formula too high?"
 
     out = tmp_path / "model.h5"
