@@ -273,23 +273,17 @@ def gensim_worker(args: argparse.Namespace) -> None:
         model.wv.vectors *= init_scale
     r0 = resource.getrusage(resource.RUSAGE_SELF)
     t0 = time.monotonic()
-    if getattr(args, "gensim_corpus_file", False):
-        # gensim's `corpus_file=` mode: each worker reads 1/workers of the
-        # file, with its own rate schedule (see docs/benchmarks.md, "CBOW in
-        # few epochs: gensim's two schedules").
-        trained_words, raw_words = model.train(
-            corpus_file=args.gensim_worker_corpus,
-            total_examples=model.corpus_count,
-            total_words=model.corpus_total_words,
-            epochs=model.epochs,
-        )
-    else:
-        trained_words, raw_words = model.train(
-            corpus_iterable=corpus,
-            total_examples=model.corpus_count,
-            total_words=model.corpus_total_words,
-            epochs=model.epochs,
-        )
+    # gensim's `corpus_file=` mode: each worker reads 1/workers of the file,
+    # with its own rate schedule (docs/benchmarks.md, "CBOW in few epochs:
+    # gensim's two schedules"); else the iterable, as users of its API feed it.
+    source = ({"corpus_file": args.gensim_worker_corpus} if getattr(args, "gensim_corpus_file", False)
+              else {"corpus_iterable": corpus})
+    trained_words, raw_words = model.train(
+        **source,
+        total_examples=model.corpus_count,
+        total_words=model.corpus_total_words,
+        epochs=model.epochs,
+    )
     train_seconds = time.monotonic() - t0
     r1 = resource.getrusage(resource.RUSAGE_SELF)
     model.wv.save_word2vec_format(args.gensim_worker_out, binary=True)
@@ -305,6 +299,15 @@ def gensim_worker(args: argparse.Namespace) -> None:
         "raw_words": int(raw_words),
     }
     Path(args.gensim_worker_result).write_text(json.dumps(result, indent=2))
+
+
+def parse_variant(spec: str) -> tuple[str, list[str]]:
+    """A bench script's `NAME=FLAGS` variant (an argparse `type`): its name and
+    its extra `colonnade train` flags, split as a shell would."""
+    name, sep, flags = spec.partition("=")
+    if not sep or not name.strip():
+        raise argparse.ArgumentTypeError(f"{spec!r}: expected NAME=FLAGS")
+    return name.strip(), shlex.split(flags)
 
 
 def add_training_args(p: argparse.ArgumentParser, iter_help: str | None = None) -> None:

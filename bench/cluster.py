@@ -58,6 +58,7 @@ from _common import (
     log,
     machine_info,
     make_vocab,
+    parse_variant,
     proc_cpu_seconds,
     run_child,
     run_gensim,
@@ -169,9 +170,9 @@ def variants(args) -> list[tuple[str, Path, list[str]]]:
     if args.variants.strip():
         out = []
         for item in [x.strip() for x in args.variants.split(",") if x.strip()]:
-            name, _, flags = item.partition("=")
+            name, flags = parse_variant(item)
             name, _, bin_dir = name.partition("@")
-            out.append((name, Path(bin_dir).resolve() if bin_dir else args.bin_dir, shlex.split(flags)))
+            out.append((name, Path(bin_dir).resolve() if bin_dir else args.bin_dir, flags))
         return out
     return [("new", args.bin_dir, [])] + ([("old", args.old_bin_dir, [])] if args.old_bin_dir else [])
 

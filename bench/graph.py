@@ -38,7 +38,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import DATA, REPO, colonnade_version, fmt, log, machine_info, run_child, set_log_name, tail  # noqa: E402
+from _common import (DATA, REPO, colonnade_version, fmt, log, machine_info, parse_variant, run_child,  # noqa: E402
+                     set_log_name, tail)
 
 GRAPHS = DATA / "graphs"
 FRACTIONS = (0.1, 0.5, 0.9)
@@ -322,7 +323,7 @@ def main() -> int:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--splits", type=int, default=5, help="seeded splits per labelled fraction")
     p.add_argument("--workdir", type=Path, default=None)
-    p.add_argument("--variant", action="append", default=[], metavar="NAME=FLAGS",
+    p.add_argument("--variant", action="append", default=[], metavar="NAME=FLAGS", type=parse_variant,
                    help="DeepWalk: also train each graph with these extra `colonnade train` flags, "
                         "reported as 'Colonnade (NAME)'; repeatable")
     p.add_argument("--json-out", type=Path, default=None)
@@ -344,9 +345,8 @@ def main() -> int:
         g = run_gensim(a, work, name, edges, None, 80, 40)
         c = run_colonnade(a, work, name, edges, 80, 40, [])
         row = {"gensim": g, "colonnade": c}
-        for v in a.variant:
-            vname, _, flags = v.partition("=")
-            row[f"colonnade ({vname})"] = run_colonnade(a, work, f"{name}-{vname}", edges, 80, 40, shlex.split(flags))
+        for vname, flags in a.variant:
+            row[f"colonnade ({vname})"] = run_colonnade(a, work, f"{name}-{vname}", edges, 80, 40, flags)
         for who in row:
             score(a, row[who], labels)
         results["deepwalk"][name] = row

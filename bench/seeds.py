@@ -42,6 +42,7 @@ from _common import (  # noqa: E402
     log,
     machine_info,
     make_vocab,
+    parse_variant,
     run_child,
     run_gensim,
     set_log_name,
@@ -53,14 +54,14 @@ DEFAULT_CORPUS = DATA / "corpus" / "enwiki_text8style_part01.txt.xz"
 
 
 def run_colonnade(a, plain: Path, vocab: Path, work: Path, seed: int, bin_dir: Path | None = None,
-                  system: str = "Colonnade", extra: str | None = None) -> dict:
+                  system: str = "Colonnade", extra: list[str] | None = None) -> dict:
     bin_dir = bin_dir or a.bin_dir
     tag = "-".join(re.findall(r"[a-z0-9]+", system.lower())) + f"-s{seed}"
     out = work / f"{tag}.bin"
     summary = work / f"{tag}.summary.json"
     cmd = [str(bin_dir / "colonnade"), "train", "--corpus", str(plain), "--vocab", str(vocab),
            "--embedded-shards", "1", "--threads", str(a.threads), *training_flags(a, a.iter),
-           "--seed", str(seed), *shlex.split(a.colonnade_args if extra is None else extra),
+           "--seed", str(seed), *(shlex.split(a.colonnade_args) if extra is None else extra),
            "--output-binary", str(out), "--summary", str(summary)]
     log(f"{tag}: {shlex.join(cmd)}")
     proc = run_child(cmd, work / f"{tag}.log")
@@ -82,7 +83,7 @@ def main() -> int:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--cbow", action="store_true", help="CBOW in both systems (gensim sg=0, cbow_mean=1)")
     p.add_argument("--colonnade-args", default="", help="extra flags for `colonnade train`, one string")
-    p.add_argument("--variant", action="append", default=[], metavar="NAME=FLAGS",
+    p.add_argument("--variant", action="append", default=[], metavar="NAME=FLAGS", type=parse_variant,
                    help="also train each seed with the same binary and these `colonnade train` flags "
                         "instead of --colonnade-args, reported as 'Colonnade (NAME)'; repeatable")
     p.add_argument("--skip-gensim", action="store_true", help="train Colonnade only (no gensim rows)")
@@ -99,12 +100,6 @@ def main() -> int:
     p.add_argument("--workdir", type=Path, default=None, help="keep corpus, vectors and logs here (default: a temp dir, removed)")
     a = p.parse_args()
     seeds = [int(s) for s in a.seeds.split(",") if s.strip()]
-    variants = []
-    for v in a.variant:
-        name, sep, flags = v.partition("=")
-        if not sep or not name:
-            p.error(f"--variant {v!r}: expected NAME=FLAGS")
-        variants.append((name, flags))
     if not seeds:
         p.error("--seeds: at least one seed")
     work = a.workdir or Path(tempfile.mkdtemp(prefix="colonnade-seeds-"))
@@ -117,20 +112,17 @@ def main() -> int:
         vocab = Path(make_vocab(a, plain, work)["path"])
         rows = []
         for seed in seeds:
-            if not a.skip_gensim:
-                g = run_gensim(a, plain, work, seed=seed, tag=f"gensim-s{seed}")
-                rows.append({"system": "gensim", "seed": seed, "train_seconds": g["train_seconds"],
-                             "vectors": g["vectors"], "version": g.get("gensim_version")})
+            gensims = [("gensim", "gensim", {})] if not a.skip_gensim else []
             if a.gensim_corpus_file:
-                g = run_gensim(a, plain, work, seed=seed, tag=f"gensim-cf-s{seed}", corpus_file=True)
-                rows.append({"system": "gensim (corpus_file)", "seed": seed, "train_seconds": g["train_seconds"],
-                             "vectors": g["vectors"], "version": g.get("gensim_version")})
+                gensims.append(("gensim (corpus_file)", "gensim-cf", {"corpus_file": True}))
             if a.gensim_c_init:
-                g = run_gensim(a, plain, work, seed=seed, tag=f"gensim-cinit-s{seed}", init_scale=0.5)
-                rows.append({"system": "gensim (C init)", "seed": seed, "train_seconds": g["train_seconds"],
+                gensims.append(("gensim (C init)", "gensim-cinit", {"init_scale": 0.5}))
+            for system, tag, how in gensims:
+                g = run_gensim(a, plain, work, seed=seed, tag=f"{tag}-s{seed}", **how)
+                rows.append({"system": system, "seed": seed, "train_seconds": g["train_seconds"],
                              "vectors": g["vectors"], "version": g.get("gensim_version")})
             rows.append(run_colonnade(a, plain, vocab, work, seed))
-            for name, flags in variants:
+            for name, flags in a.variant:
                 rows.append(run_colonnade(a, plain, vocab, work, seed, system=f"Colonnade ({name})", extra=flags))
             if a.baseline_bin_dir:
                 rows.append(run_colonnade(a, plain, vocab, work, seed, a.baseline_bin_dir, "Colonnade (baseline)"))
