@@ -8,3 +8,4 @@ mod determinism;
 mod env_vars;
 mod recovery;
 mod reference;
+mod refresh;

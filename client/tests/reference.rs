@@ -47,16 +47,33 @@ use rand_chacha::ChaCha8Rng;
 use std::path::Path;
 use std::sync::Arc;
 
-struct Reference {
-    u: Vec<f32>,
-    v: Vec<f32>,
+pub(crate) struct Reference {
+    pub(crate) u: Vec<f32>,
+    pub(crate) v: Vec<f32>,
     /// Row updates that the step cap scaled down, over the whole run.
-    capped: u64,
+    pub(crate) capped: u64,
+}
+
+impl Reference {
+    /// The model of run seed `seed` before training: u rows from their
+    /// init, v zero.
+    pub(crate) fn initial(seed: u64, rows: usize) -> Self {
+        let d = DIM as usize;
+        let mut m = Reference {
+            u: vec![0.0; rows * d],
+            v: vec![0.0; rows * d],
+            capped: 0,
+        };
+        for w in 0..rows {
+            init_input_row(seed, DIM, w as u64, 0, &mut m.u[w * d..(w + 1) * d]);
+        }
+        m
+    }
 }
 
 /// The factor of a row's summed update when it took part in `k` dot products
 /// of a minibatch whose steps per row are capped at `cap`.
-fn cap_scale(k: usize, cap: Option<usize>) -> f32 {
+pub(crate) fn cap_scale(k: usize, cap: Option<usize>) -> f32 {
     if let Some(cap) = cap.filter(|&c| k > c) {
         (cap as f64 / k as f64) as f32
     } else {
@@ -64,18 +81,18 @@ fn cap_scale(k: usize, cap: Option<usize>) -> f32 {
     }
 }
 
-fn sigmoid(x: f64) -> f64 {
+pub(crate) fn sigmoid(x: f64) -> f64 {
     1.0 / (1.0 + (-x).exp())
 }
 
 /// One pending minibatch: (input word, its output words) in order, and its seed.
 #[derive(Default)]
-struct Pending {
-    items: Vec<(u32, Vec<u32>)>,
-    seed: u64,
-    cbow: bool,
+pub(crate) struct Pending {
+    pub(crate) items: Vec<(u32, Vec<u32>)>,
+    pub(crate) seed: u64,
+    pub(crate) cbow: bool,
     /// Skip-gram with negatives shared by each position's context words.
-    shared: bool,
+    pub(crate) shared: bool,
 }
 
 /// CBOW's dot products and deltas of one minibatch: per item, h = the mean
@@ -365,7 +382,7 @@ fn sgd_step(
         .count() as u64;
 }
 
-fn norm_scale(x: &[f32]) -> f32 {
+pub(crate) fn norm_scale(x: &[f32]) -> f32 {
     x.iter().map(|a| a.abs()).fold(0.0, f32::max)
 }
 
@@ -583,7 +600,7 @@ async fn shared_negatives_match_reference_for_one_two_and_three_shards() {
 /// row, output row and weight G = α × the half float of (label − σ(f)), f
 /// from `state` (the vectors its dotprod read), 0 for a negative equal to
 /// its positive.
-fn call_steps(
+pub(crate) fn call_steps(
     state: &Reference,
     batch: &Pending,
     alpha: f32,
@@ -612,7 +629,7 @@ fn call_steps(
 }
 
 /// Dot products per input and output row among `steps`.
-fn loads(steps: &[(usize, usize, f32)], rows: usize) -> (Vec<usize>, Vec<usize>) {
+pub(crate) fn loads(steps: &[(usize, usize, f32)], rows: usize) -> (Vec<usize>, Vec<usize>) {
     let (mut k_u, mut k_v) = (vec![0; rows], vec![0; rows]);
     for &(w, x, _) in steps {
         k_u[w] += 1;
@@ -626,7 +643,7 @@ fn loads(steps: &[(usize, usize, f32)], rows: usize) -> (Vec<usize>, Vec<usize>)
 /// row's summed delta scaled by `cap_scale` of the dot products pending on
 /// it (`load_u`, `load_v`: the call's own and those of the calls still in
 /// flight).
-fn apply_steps(
+pub(crate) fn apply_steps(
     model: &mut Reference,
     steps: &[(usize, usize, f32)],
     load_u: &[usize],
@@ -655,6 +672,93 @@ fn apply_steps(
     }
 }
 
+/// The calls-in-flight tests' setting: a head-heavy vocabulary (under 40
+/// words) of the sample corpus, the params of seed 7 and their sampler.
+pub(crate) struct HeadHeavy {
+    pub(crate) _dir: tempfile::TempDir,
+    pub(crate) vocab: Arc<Vocab>,
+    pub(crate) rows: usize,
+    pub(crate) p: TrainParams,
+    pub(crate) negative: usize,
+    pub(crate) sampler: NegativeSampler,
+}
+
+pub(crate) fn head_heavy() -> HeadHeavy {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let corpus = sample_corpus(dir.path(), 20_000);
+    let vocab = Arc::new(vocab_of(&corpus, 150));
+    let rows = vocab.len();
+    assert!(rows < 40, "{rows} words: a head-heavy vocabulary");
+    let p = params(7);
+    let sampler = NegativeSampler::new(vocab.counts(), 0.75).expect("sampler");
+    HeadHeavy {
+        _dir: dir,
+        vocab,
+        rows,
+        negative: p.negative as usize,
+        p,
+        sampler,
+    }
+}
+
+/// A call of `positions` input positions with `contexts.0 ..= contexts.1`
+/// context words each, every word drawn uniformly from `rows`: as the
+/// reference reads it and as it travels.
+pub(crate) fn random_call(
+    rng: &mut ChaCha8Rng,
+    rows: usize,
+    positions: usize,
+    contexts: (u32, u32),
+    seed: u64,
+    alpha: f32,
+) -> (Pending, colonnade_proto::Minibatch) {
+    let mut batch = Pending {
+        seed,
+        ..Pending::default()
+    };
+    let mut mb = colonnade_proto::Minibatch {
+        seed,
+        alpha,
+        ..Default::default()
+    };
+    for _ in 0..positions {
+        let w = rng.next_u32() % rows as u32;
+        let n = contexts.0 + rng.next_u32() % (contexts.1 - contexts.0 + 1);
+        let outputs: Vec<u32> = (0..n).map(|_| rng.next_u32() % rows as u32).collect();
+        mb.inputs.push(w);
+        mb.context_counts.push(n);
+        mb.outputs.extend(&outputs);
+        batch.items.push((w, outputs));
+    }
+    (batch, mb)
+}
+
+/// Every row of both matrices of model `fp` (`rows` words) on `cores`
+/// against `want`, within `tol`, and against `without`, which must be more
+/// than `far` × `tol` off (`why` says what it means if not).
+pub(crate) fn assert_rows(
+    cores: &[Arc<ShardCore>],
+    (fp, rows): (u64, usize),
+    want: &Reference,
+    (without, far): (&Reference, f32),
+    tol: f32,
+    why: &str,
+) {
+    for (m, matrix, want, without) in [
+        ("u", Matrix::Input, &want.u, &without.u),
+        ("v", Matrix::Output, &want.v, &without.v),
+    ] {
+        let got = assemble(cores, fp, matrix, rows as u64);
+        let diff = max_abs_diff(&got, want);
+        assert!(
+            diff <= tol,
+            "{m}: max |distributed − reference| = {diff} > {tol} ({why})"
+        );
+        let off = max_abs_diff(&got, without);
+        assert!(off > far * tol, "{m}: {off} off: {why}");
+    }
+}
+
 /// Calls in flight together over gRPC, in a fixed order on 1 and 2 shards:
 /// a warm-up call alone (v is zero before it), then dotprod A, dotprod B,
 /// adjust A, adjust B. Both read the model as the warm-up left it; A's adjust
@@ -670,41 +774,21 @@ fn apply_steps(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_in_flight_scale_each_row_by_the_dot_products_pending_on_it() {
     use colonnade_common::sgns::applied_weight;
-    use colonnade_proto::{Minibatch, ModelShards};
-    let dir = tempfile::tempdir().expect("tempdir");
-    let corpus = sample_corpus(dir.path(), 20_000);
-    let vocab = Arc::new(vocab_of(&corpus, 150));
-    let rows = vocab.len();
-    assert!(rows < 40, "{rows} words: a head-heavy vocabulary");
-    let p = params(7);
-    let negative = p.negative as usize;
-    let sampler = NegativeSampler::new(vocab.counts(), 0.75).expect("sampler");
+    use colonnade_proto::ModelShards;
+    let HeadHeavy {
+        _dir,
+        vocab,
+        rows,
+        p,
+        negative,
+        sampler,
+    } = head_heavy();
     // Three calls of 72 input positions with 3 to 6 context words each, all
     // words drawn uniformly: ~55 dot products per row and call, so a row is
     // mostly within the cap (64: the widest position has 6 × 5) in one call
     // and beyond it with a quarter of another's.
     let mut rng = ChaCha8Rng::seed_from_u64(11);
-    let mut call = |seed: u64, alpha: f32| {
-        let mut batch = Pending {
-            seed,
-            ..Pending::default()
-        };
-        let mut mb = Minibatch {
-            seed,
-            alpha,
-            ..Minibatch::default()
-        };
-        for _ in 0..72 {
-            let w = rng.next_u32() % rows as u32;
-            let n = 3 + rng.next_u32() % 4;
-            let outputs: Vec<u32> = (0..n).map(|_| rng.next_u32() % rows as u32).collect();
-            mb.inputs.push(w);
-            mb.context_counts.push(n);
-            mb.outputs.extend(&outputs);
-            batch.items.push((w, outputs));
-        }
-        (batch, mb)
-    };
+    let mut call = |seed: u64, alpha: f32| random_call(&mut rng, rows, 72, (3, 6), seed, alpha);
     let (warm, warm_mb) = call(101, 0.05);
     let (a, a_mb) = call(202, 0.05);
     let (b, b_mb) = call(303, 0.04);
@@ -712,15 +796,7 @@ async fn calls_in_flight_scale_each_row_by_the_dot_products_pending_on_it() {
     let cap = cap.max(ROW_STEP_CAP as usize);
 
     // The reference: the warm-up alone, then A and B from the same state.
-    let d = DIM as usize;
-    let mut want = Reference {
-        u: vec![0.0; rows * d],
-        v: vec![0.0; rows * d],
-        capped: 0,
-    };
-    for w in 0..rows {
-        init_input_row(p.seed, DIM, w as u64, 0, &mut want.u[w * d..(w + 1) * d]);
-    }
+    let mut want = Reference::initial(p.seed, rows);
     let steps = call_steps(&want, &warm, 0.05, &sampler, negative);
     let (ku, kv) = loads(&steps, rows);
     apply_steps(&mut want, &steps, &ku, &kv, cap);
@@ -792,32 +868,16 @@ async fn calls_in_flight_scale_each_row_by_the_dot_products_pending_on_it() {
         second.adjust(&call_b, &w).await.expect("adjust B");
 
         let cores: Vec<_> = spawned.iter().map(|s| Arc::clone(&s.core)).collect();
-        let v = rows as u64;
-        for (m, got, want, without) in [
-            (
-                "u",
-                assemble(&cores, fp, Matrix::Input, v),
-                &want.u,
-                &alone.u,
+        assert_rows(
+            &cores,
+            (fp, rows),
+            &want,
+            (&alone, 100.0),
+            tol,
+            &format!(
+                "{shards} shard(s): scaling each call by its own dot products only is as close: \
+                 the pending counts were not exercised"
             ),
-            (
-                "v",
-                assemble(&cores, fp, Matrix::Output, v),
-                &want.v,
-                &alone.v,
-            ),
-        ] {
-            let diff = max_abs_diff(&got, want);
-            assert!(
-                diff <= tol,
-                "{shards} shard(s) {m}: max |distributed − reference| = {diff} > {tol}"
-            );
-            let off = max_abs_diff(&got, without);
-            assert!(
-                off > 100.0 * tol,
-                "{shards} shard(s) {m}: scaling each call by its own dot products only is as \
-                 close ({off}): the pending counts were not exercised"
-            );
-        }
+        );
     }
 }

@@ -242,12 +242,80 @@ pub(crate) struct Steps<'a> {
     /// whether this call's dot products are among them. A row's scale is
     /// then of the dot products pending on it, not only its own.
     pub pending: Option<(&'a [AtomicU32], bool)>,
+    /// Over gRPC, when the call's dotprod kept its dot products: the
+    /// correction of each weight for how far its rows moved since.
+    pub refresh: Option<Refresh<'a>>,
     /// Scratch: per input position, its accumulated Δu (zeroed).
     pub u_delta: &'a mut [f32],
     /// Scratch: one output row's accumulated Δv.
     pub v_delta: &'a mut [f32],
     /// Out: the largest |value| written, as f32 bits (see [`add_guarded`]).
     pub written: &'a mut u32,
+}
+
+/// Staleness across calls, corrected per dot product: between a call's
+/// dotprod and its adjust, the adjusts of other calls in flight move the
+/// rows it reads, and the weight G = α·(y − σ(F)) the worker computed from
+/// the old F no longer fits. The adjust recomputes this shard's partial dot
+/// product from the rows as they are now, takes the drift since the dotprod
+/// (`now − then`) times `extrapolate` (the model's dimension over this
+/// shard's columns: every shard's columns move alike, so its drift stands
+/// for the whole dot product's) and moves the weight along the sigmoid's
+/// slope, σ'(F) = σ(F)(1 − σ(F)) with σ(F) read off the weight itself
+/// (1 − w for a positive, −w for a negative), kept within the weight's own
+/// range. A call alone, whose rows nothing else moved, keeps its weights
+/// exactly (the drift is zero: the same kernel on the same values).
+pub(crate) struct Refresh<'a> {
+    /// Per wire index: the partial dot product of the dotprod.
+    pub then: &'a [f32],
+    /// Per wire index: the refreshed weight (at least the plan's length;
+    /// each written before its row's updates read it).
+    pub out: &'a mut [f32],
+    /// Per wire index: the α of its weight.
+    pub alphas: &'a [f32],
+    /// The model's dimension over this shard's columns.
+    pub extrapolate: f32,
+}
+
+impl Refresh<'_> {
+    /// The weight of dot product `t`, `g` as the worker sent it, given its
+    /// partial dot product `now`.
+    #[inline(always)]
+    fn weight(&self, t: usize, g: f32, now: f32) -> f32 {
+        let (Some(&then), Some(&alpha)) = (self.then.get(t), self.alphas.get(t)) else {
+            return g;
+        };
+        let drift = (now - then) * self.extrapolate;
+        refreshed_weight(g, alpha, drift)
+    }
+}
+
+/// Drifts up to which [`refreshed_weight`] takes σ(F + δ) from its
+/// second-order expansion.
+const SMALL_DRIFT: f32 = 0.25;
+
+/// G = α·w with F moved by `drift` (see [`Refresh`]): σ(F) read off the
+/// weight (1 − w for a positive, −w for a negative), and σ(F + δ) from it
+/// exactly, σ·e^δ / (1 − σ + σ·e^δ), so that a weight the worker computed
+/// far out on the sigmoid's tail still turns when its rows have moved.
+#[inline(always)]
+pub(crate) fn refreshed_weight(g: f32, alpha: f32, drift: f32) -> f32 {
+    if drift == 0.0 || alpha <= 0.0 || g == 0.0 {
+        return g;
+    }
+    let w = g / alpha;
+    let positive = w > 0.0;
+    let s = if positive { 1.0 - w } else { -w };
+    let moved = if drift.abs() <= SMALL_DRIFT {
+        // σ(F + δ) = σ + σ'δ + σ''δ²/2 + O(δ³), σ' = σ(1 − σ), σ''/2 = σ'(½ − σ):
+        // within 7e-4 of the exact value up to SMALL_DRIFT, below the
+        // weight's own f16 rounding, at no exp or division.
+        (s + s * (1.0 - s) * drift * (1.0 + (0.5 - s) * drift)).clamp(0.0, 1.0)
+    } else {
+        let e = drift.clamp(-30.0, 30.0).exp();
+        s * e / (1.0 - s + s * e)
+    };
+    alpha * if positive { 1.0 - moved } else { -moved }
 }
 
 /// The updates of a validated minibatch (see [`crate::model::Model::adjust`]).
@@ -274,6 +342,7 @@ fn adjust_body<K: Simd, const N: usize>(k: K, work: Work<'_>, steps: Steps<'_>) 
         input_scale,
         cap,
         pending,
+        mut refresh,
         u_delta,
         v_delta,
         written,
@@ -288,6 +357,19 @@ fn adjust_body<K: Simd, const N: usize>(k: K, work: Work<'_>, steps: Steps<'_>) 
         let scale = row_step_scale(load, cap);
         // A guard, not a closure: the row's work inlines into this clone.
         let mut row = v.row_mut(x);
+        // The run's weights: as sent, or refreshed for the rows' drift (all
+        // of the run's dot products first, so that none waits on another).
+        let weights = match refresh.as_mut() {
+            Some(r) => {
+                for &(t, p) in run {
+                    let (t, p) = (t as usize, p as usize * stride);
+                    let now = k.dot(&u_rows[p..p + u.cols()], &row);
+                    r.out[t] = r.weight(t, weights[t], now);
+                }
+                &*r.out
+            }
+            None => weights,
+        };
         if N == 0 {
             update_row(
                 k, &mut row, scale, run, weights, u_rows, u_delta, v_delta, written,

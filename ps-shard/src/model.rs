@@ -6,7 +6,7 @@
 
 use crate::finite::{max_abs_bits, MAX_VALUE_BITS};
 use crate::hogwild::{HogwildMatrix, Siblings};
-use crate::loops::{adjust_loop, dotprod_loop, Contexts, Steps, Work};
+use crate::loops::{adjust_loop, dotprod_loop, Contexts, Refresh, Steps, Work};
 use crate::plan::Plan;
 use crate::stale::Pending;
 use colonnade_common::init::init_input_row;
@@ -445,14 +445,21 @@ impl Model {
         // The split loops' scratch rows are zero-padded to whole 16-float
         // chunks (see `crate::loops::dotprod_loop`), and so is Δv.
         let stride = padded(self.spec.cols());
-        let pending = over_pending.then_some(&*self.pending);
+        // A call whose dotprod kept its dot products (a crowded shard) has
+        // its weights refreshed for its rows' drift and steps by its own dot
+        // products; else, over gRPC, by those pending on its rows.
+        let refresh = over_pending && !plan.then.is_empty() && plan.then.len() == plan.len();
+        let pending = (over_pending && !refresh).then_some(&*self.pending);
         plan.scale_inputs_for(pending);
         let counted = plan.counted();
+        if refresh && s.weights.len() < plan.len() {
+            s.weights.resize(plan.len(), 0.0);
+        }
         let StepScratch {
             u_rows,
             u_delta,
             v_delta,
-            ..
+            weights: out,
         } = s.for_steps(plan.slots().len(), stride, stride);
         let mut written = 0;
         adjust_loop(
@@ -462,6 +469,12 @@ impl Model {
                 input_scale: &plan.input_scale,
                 cap: plan.cap,
                 pending: pending.map(|p| (p.of(false), counted)),
+                refresh: refresh.then(|| Refresh {
+                    then: &plan.then,
+                    out,
+                    alphas: &plan.alphas,
+                    extrapolate: self.spec.model.dim as f32 / self.spec.cols().max(1) as f32,
+                }),
                 u_delta,
                 v_delta,
                 written: &mut written,

@@ -190,6 +190,11 @@ pub struct Plan {
     /// Per wire index: the learning rate its dot product's update takes (its
     /// minibatch's; 0 for a negative equal to its positive).
     pub(crate) alphas: Vec<f32>,
+    /// Per wire index: the partial dot product its dotprod computed
+    /// ([`Plan::keep_dots`]), against which the adjust measures how far its
+    /// rows moved since ([`crate::loops::Refresh`]); empty when the adjust
+    /// planned the call anew.
+    pub(crate) then: Vec<f32>,
     /// Shared negatives ([`Plan::spread`]): the plan, groups and α per
     /// target before they are spread over the context words, each target's
     /// first wire index, and each position's first context entry.
@@ -252,6 +257,7 @@ impl Plan {
         self.contexts.clear();
         self.parts.clear();
         self.position_alpha.clear();
+        self.then.clear();
         self.positives.clear();
         self.example_position.clear();
         self.objective = mbs.first().map_or(Objective::SkipGram, |mb| mb.objective);
@@ -349,6 +355,13 @@ impl Plan {
     /// Whether the call's dot products are counted as pending.
     pub(crate) fn counted(&self) -> bool {
         self.counted_in.is_some()
+    }
+
+    /// Keeps the call's partial dot products as its dotprod computed them
+    /// (wire order), for its adjust ([`Plan::then`]).
+    pub(crate) fn keep_dots(&mut self, dots: &[f32]) {
+        self.then.clear();
+        self.then.extend_from_slice(dots);
     }
 
     /// Takes the call's dot products off the pending counts (its adjust is
@@ -603,6 +616,7 @@ impl Plan {
         let f32s = self.input_scale.capacity()
             + self.position_alpha.capacity()
             + self.alphas.capacity()
+            + self.then.capacity()
             + self.target_alphas.capacity();
         let u64s = u64s + self.input_load.capacity() + self.slot_loads.capacity();
         u32s * 4

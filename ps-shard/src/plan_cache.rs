@@ -100,6 +100,11 @@ impl PlanCache {
         }
     }
 
+    /// Calls whose plan waits for its adjust.
+    pub(crate) fn waiting_calls(&self) -> usize {
+        self.waiting.lock().entries.len()
+    }
+
     /// Returns a plan whose call is done (or failed: its dot products are
     /// no longer pending).
     pub(crate) fn recycle(&self, mut p: Plan) {

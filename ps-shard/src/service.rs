@@ -9,6 +9,7 @@ use crate::model::{Model, Scratch};
 use crate::plan::Plan;
 use crate::plan_cache::{CallKey, PlanCache};
 use crate::registry::ShardCore;
+use crate::stale::REFRESH_FROM_CALLS;
 use colonnade_common::model::ShardSpec;
 use colonnade_proto::v1::shard_server::Shard;
 use colonnade_proto::v1::{
@@ -315,6 +316,10 @@ impl Shard for ShardService {
                 let mut plan = cache.fresh();
                 model.plan(&b.minibatches[..minibatches.len()], &mut plan)?;
                 model.dotprod(&plan, &mut b.scratch, &mut b.dots)?;
+                // A crowded shard refreshes the call's weights at its adjust.
+                if cache.waiting_calls() + 1 >= REFRESH_FROM_CALLS {
+                    plan.keep_dots(&b.dots);
+                }
                 // Pending on their rows until the adjust (or the plan's drop).
                 plan.count_in(model.pending());
                 cache.put(key, plan);

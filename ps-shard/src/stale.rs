@@ -13,7 +13,10 @@
 //! however many are in flight
 //! (staleness-aware asynchronous SGD, Zhang et al. 2016, counted per row:
 //! docs/design.md, "Staleness across calls in flight"). A call alone, or
-//! one whose rows no other call touches, steps exactly as before.
+//! one whose rows no other call touches, steps exactly as before. On a
+//! crowded shard ([`REFRESH_FROM_CALLS`]) a call's weights are refreshed for
+//! its rows' drift instead ([`crate::loops::Refresh`]), and it steps by its
+//! own dot products only.
 //!
 //! Counts are kept per shard (each counts the calls it served), in memory
 //! only: a restarted shard starts from none pending. Nothing here may hold
@@ -97,6 +100,18 @@ impl Pending {
 /// "Quality against minibatches in flight").
 pub const OTHERS_SHARE: u64 = 4;
 
+/// Calls waiting for their adjust on a shard (its dotprod's included) from
+/// which each further call's dotprod keeps its dot products and its adjust
+/// refreshes its weights for the rows' drift instead of scaling its steps by
+/// the dot products of the others ([`crate::loops::Refresh`]). The default
+/// worker keeps 4 calls in flight (16 minibatches), which never reach it;
+/// 256 minibatches in flight (64 calls) trained as well as 16 with the
+/// refresh and 4.2–4.6 analogy points below without it (docs/benchmarks.md,
+/// "Quality against minibatches in flight"). It costs a dot product more
+/// per pair, so it is not paid where the steps of a few calls in flight are
+/// bounded well enough by the counts.
+pub const REFRESH_FROM_CALLS: usize = 8;
+
 /// `n` atomics at zero, from a zeroed allocation.
 fn zeroed(n: usize) -> Box<[AtomicU32]> {
     const _: () = assert!(
@@ -149,5 +164,39 @@ mod tests {
             "a row out of range counts nothing"
         );
         assert_eq!(Pending::load(p.of(true), 1, 2, true), 2, "u apart from v");
+    }
+
+    #[test]
+    fn a_refreshed_weight_is_the_sigmoid_of_the_moved_dot_product() {
+        use crate::loops::refreshed_weight;
+        let sigmoid = |x: f64| 1.0 / (1.0 + (-x).exp());
+        let alpha = 0.025f32;
+        for f in [-9.0f64, -4.0, -1.5, -0.3, 0.0, 0.4, 2.0, 5.0] {
+            for drift in [
+                -12.0f64, -3.0, -0.25, -0.1, -0.01, 0.003, 0.2, 0.25, 0.26, 1.0, 7.0,
+            ] {
+                for positive in [true, false] {
+                    let label = if positive { 1.0 } else { 0.0 };
+                    let g = alpha * (label - sigmoid(f)) as f32;
+                    let want = f64::from(alpha) * (label - sigmoid(f + drift));
+                    let got = f64::from(refreshed_weight(g, alpha, drift as f32));
+                    assert!(
+                        (got - want).abs() <= 1e-3 * f64::from(alpha),
+                        "F {f}, drift {drift}, positive {positive}: {got} against {want}"
+                    );
+                }
+            }
+        }
+        assert_eq!(
+            refreshed_weight(0.01, alpha, 0.0),
+            0.01,
+            "no drift: unchanged"
+        );
+        assert_eq!(
+            refreshed_weight(0.0, alpha, 3.0),
+            0.0,
+            "a skipped pair stays skipped"
+        );
+        assert_eq!(refreshed_weight(0.01, 0.0, 3.0), 0.01, "no rate: unchanged");
     }
 }
