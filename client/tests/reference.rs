@@ -47,6 +47,7 @@ use rand_chacha::ChaCha8Rng;
 use std::path::Path;
 use std::sync::Arc;
 
+#[derive(Clone)]
 pub(crate) struct Reference {
     pub(crate) u: Vec<f32>,
     pub(crate) v: Vec<f32>,
@@ -734,8 +735,9 @@ pub(crate) fn random_call(
 }
 
 /// Every row of both matrices of model `fp` (`rows` words) on `cores`
-/// against `want`, within `tol`, and against `without`, which must be more
-/// than `far` × `tol` off (`why` says what it means if not).
+/// (`shards` of them) against `want`, within `tol`, and against `without`,
+/// which must be more than `far` × `tol` off (`why` says what it means if
+/// not).
 pub(crate) fn assert_rows(
     cores: &[Arc<ShardCore>],
     (fp, rows): (u64, usize),
@@ -744,6 +746,7 @@ pub(crate) fn assert_rows(
     tol: f32,
     why: &str,
 ) {
+    let shards = cores.len();
     for (m, matrix, want, without) in [
         ("u", Matrix::Input, &want.u, &without.u),
         ("v", Matrix::Output, &want.v, &without.v),
@@ -752,10 +755,13 @@ pub(crate) fn assert_rows(
         let diff = max_abs_diff(&got, want);
         assert!(
             diff <= tol,
-            "{m}: max |distributed − reference| = {diff} > {tol} ({why})"
+            "{shards} shard(s) {m}: max |distributed − reference| = {diff} > {tol}"
         );
         let off = max_abs_diff(&got, without);
-        assert!(off > far * tol, "{m}: {off} off: {why}");
+        assert!(
+            off > far * tol,
+            "{shards} shard(s) {m}: only {off} off: {why}"
+        );
     }
 }
 
@@ -874,10 +880,8 @@ async fn calls_in_flight_scale_each_row_by_the_dot_products_pending_on_it() {
             &want,
             (&alone, 100.0),
             tol,
-            &format!(
-                "{shards} shard(s): scaling each call by its own dot products only is as close: \
-                 the pending counts were not exercised"
-            ),
+            "scaling each call by its own dot products only is as close: the pending counts \
+             were not exercised",
         );
     }
 }

@@ -116,19 +116,14 @@ async fn a_crowded_shard_refreshes_weights_for_the_drift_of_their_rows() {
     // `refresh`: whether the crowded calls refresh (false: the rule before).
     let expect = |split: &[Range<usize>], refresh: bool| {
         let mut m = Reference {
-            u: start.u.clone(),
-            v: start.v.clone(),
             capped: 0,
+            ..start.clone()
         };
         for (j, s) in steps.iter().enumerate() {
             let (own_u, own_v) = &load[j];
             if refresh && j + 1 >= REFRESH_FROM_CALLS {
                 let alpha = calls[j].1.alpha;
-                let before = Reference {
-                    u: m.u.clone(),
-                    v: m.v.clone(),
-                    capped: 0,
-                };
+                let before = m.clone();
                 for cols in split {
                     let scale = d as f64 / cols.len() as f64;
                     let weight = |i: usize| {
@@ -143,19 +138,18 @@ async fn a_crowded_shard_refreshes_weights_for_the_drift_of_their_rows() {
             } else {
                 // Each row's load: its own dot products and a share of
                 // those of the calls still pending (adjusted after this one).
-                let with_others = |own: &[usize], matrix: usize| -> Vec<usize> {
-                    own.iter()
+                type Loads = (Vec<usize>, Vec<usize>);
+                let with_others = |pick: fn(&Loads) -> &Vec<usize>| -> Vec<usize> {
+                    pick(&load[j])
+                        .iter()
                         .enumerate()
                         .map(|(r, k)| {
-                            let o: usize = load[j + 1..]
-                                .iter()
-                                .map(|l| if matrix == 0 { l.0[r] } else { l.1[r] })
-                                .sum();
+                            let o: usize = load[j + 1..].iter().map(|l| pick(l)[r]).sum();
                             k + o.div_ceil(OTHERS_SHARE as usize)
                         })
                         .collect()
                 };
-                let (with_u, with_v) = (with_others(own_u, 0), with_others(own_v, 1));
+                let (with_u, with_v) = (with_others(|l| &l.0), with_others(|l| &l.1));
                 apply_on(&mut m, s, |i| s[i].2, (&with_u, &with_v), cap, all.clone());
             }
         }
@@ -223,10 +217,7 @@ async fn a_crowded_shard_refreshes_weights_for_the_drift_of_their_rows() {
             &want,
             (&stale, 10.0),
             tol,
-            &format!(
-                "{shards} shard(s): the model without the refresh is as close: the crowded \
-                 calls were not refreshed"
-            ),
+            "the model without the refresh is as close: the crowded calls were not refreshed",
         );
     }
 }

@@ -223,10 +223,27 @@ fn dotprod_body<K: Simd, const N: usize>(k: K, work: Work<'_>, dots: &mut [f32])
     for (x, run) in RowRuns::new(v, work.plan, work.groups) {
         // A guard, not a closure: the row's work inlines into this clone.
         let row = v.row_mut(x);
-        for &(t, p) in run {
-            let p = p as usize * stride;
-            dots[t as usize] = k.dot(&u_rows[p..p + cols], &row);
-        }
+        split_run_dots(k, run, u_rows, stride, cols, &row, dots);
+    }
+}
+
+/// The partial dot products of one output row's `run` in the split loops,
+/// into `dots` by wire index: each input position's `stride`-padded row
+/// against `row`. The one computation both [`dotprod_body`] and a refreshing
+/// adjust ([`Refresh`]) run, so that rows nothing moved give the same value.
+#[inline(always)]
+fn split_run_dots<K: Simd>(
+    k: K,
+    run: &[(u32, u32)],
+    u_rows: &[f32],
+    stride: usize,
+    cols: usize,
+    row: &[f32],
+    dots: &mut [f32],
+) {
+    for &(t, p) in run {
+        let p = p as usize * stride;
+        dots[t as usize] = k.dot(&u_rows[p..p + cols], row);
     }
 }
 
@@ -260,11 +277,10 @@ pub(crate) struct Steps<'a> {
 /// product from the rows as they are now, takes the drift since the dotprod
 /// (`now − then`) times `extrapolate` (the model's dimension over this
 /// shard's columns: every shard's columns move alike, so its drift stands
-/// for the whole dot product's) and moves the weight along the sigmoid's
-/// slope, σ'(F) = σ(F)(1 − σ(F)) with σ(F) read off the weight itself
-/// (1 − w for a positive, −w for a negative), kept within the weight's own
-/// range. A call alone, whose rows nothing else moved, keeps its weights
-/// exactly (the drift is zero: the same kernel on the same values).
+/// for the whole dot product's) and gives the weight of σ(F + δ)
+/// ([`refreshed_weight`]). A call alone, whose rows nothing else moved, keeps
+/// its weights exactly (the drift is zero: [`split_run_dots`] on the same
+/// values).
 pub(crate) struct Refresh<'a> {
     /// Per wire index: the partial dot product of the dotprod.
     pub then: &'a [f32],
@@ -361,10 +377,10 @@ fn adjust_body<K: Simd, const N: usize>(k: K, work: Work<'_>, steps: Steps<'_>) 
         // of the run's dot products first, so that none waits on another).
         let weights = match refresh.as_mut() {
             Some(r) => {
-                for &(t, p) in run {
-                    let (t, p) = (t as usize, p as usize * stride);
-                    let now = k.dot(&u_rows[p..p + u.cols()], &row);
-                    r.out[t] = r.weight(t, weights[t], now);
+                split_run_dots(k, run, u_rows, stride, u.cols(), &row, r.out);
+                for &(t, _) in run {
+                    let t = t as usize;
+                    r.out[t] = r.weight(t, weights[t], r.out[t]);
                 }
                 &*r.out
             }

@@ -358,10 +358,10 @@ impl Plan {
     }
 
     /// Keeps the call's partial dot products as its dotprod computed them
-    /// (wire order), for its adjust ([`Plan::then`]).
-    pub(crate) fn keep_dots(&mut self, dots: &[f32]) {
-        self.then.clear();
-        self.then.extend_from_slice(dots);
+    /// (wire order), for its adjust ([`Plan::then`]): takes `dots`' buffer
+    /// and leaves its own, spent, in its place (no copy).
+    pub(crate) fn keep_dots(&mut self, dots: &mut Vec<f32>) {
+        std::mem::swap(&mut self.then, dots);
     }
 
     /// Takes the call's dot products off the pending counts (its adjust is

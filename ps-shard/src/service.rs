@@ -316,14 +316,15 @@ impl Shard for ShardService {
                 let mut plan = cache.fresh();
                 model.plan(&b.minibatches[..minibatches.len()], &mut plan)?;
                 model.dotprod(&plan, &mut b.scratch, &mut b.dots)?;
+                let dots = encode_f32(&b.dots);
                 // A crowded shard refreshes the call's weights at its adjust.
                 if cache.waiting_calls() + 1 >= REFRESH_FROM_CALLS {
-                    plan.keep_dots(&b.dots);
+                    plan.keep_dots(&mut b.dots);
                 }
                 // Pending on their rows until the adjust (or the plan's drop).
                 plan.count_in(model.pending());
                 cache.put(key, plan);
-                Ok(encode_f32(&b.dots))
+                Ok(dots)
             })
             .await?;
         Ok(Response::new(DotprodResponse { dots }))
