@@ -305,7 +305,7 @@ impl Plan {
             rows,
             examples,
             u64::from(negative) + 1,
-            &mut self.input_keys,
+            (&mut self.input_keys, &mut self.keys_tmp),
             &mut self.input_load,
             &mut self.slot_words,
             &mut self.slot_loads,
@@ -715,7 +715,8 @@ impl Runs<'_> {
 /// products each; one example per entry when `examples` is `None`), so a
 /// word written at many entries is capped as one row; into `words`, the
 /// distinct words in ascending order, into `word_loads` their loads, and into `slot_of`,
-/// each entry's index in `words`. `keys` is scratch.
+/// each entry's index in `words`. `keys` is scratch: the entries' sort keys
+/// and the radix sort's second buffer.
 #[allow(
     clippy::too_many_arguments,
     reason = "the plan's buffers it fills, spelled out"
@@ -724,7 +725,7 @@ fn input_loads(
     rows: &[u32],
     examples: Option<&[u32]>,
     per_pair: u64,
-    keys: &mut Vec<u64>,
+    (keys, keys_tmp): (&mut Vec<u64>, &mut Vec<u64>),
     load: &mut Vec<u64>,
     words: &mut Vec<u32>,
     word_loads: &mut Vec<u64>,
@@ -736,7 +737,9 @@ fn input_loads(
             .enumerate()
             .map(|(p, &w)| (u64::from(w) << 32) | p as u64),
     );
-    keys.sort_unstable();
+    // Stable on the word alone, and the keys are made in entry order: the
+    // same order as sorting the whole keys, in two or three passes.
+    sort_by_row(keys, keys_tmp);
     load.clear();
     load.resize(rows.len(), 0);
     slot_of.clear();
