@@ -1,7 +1,11 @@
 //! Criterion benches for the shard's hot paths: the `dotprod` and `adjust`
 //! handlers' core on a text8-sized model (69K words, 50 columns = d 100 on 2
-//! shards), the fused loop of an embedded shard at d 128 from a vocabulary
-//! that fits L2 to one of 1M words, and the vector kernels they use.
+//! shards), the same call with shared negatives (the default) on the column
+//! slice of each shard of a d 100 model split 8, 4, 2 and 1 ways against the
+//! fused loop of one embedded shard (what a shard pays per dot product
+//! whatever its columns: docs/benchmarks.md, "What a shard pays whatever its
+//! columns"), the fused loop at d 128 from a vocabulary that fits L2 to one
+//! of 1M words, and the vector kernels they use.
 //!
 //! `cargo bench -p colonnade-ps-shard` (results in target/criterion).
 
@@ -59,6 +63,95 @@ fn batch(
     let total: u32 = counts.iter().sum();
     let outs: Vec<u32> = (0..total).map(|_| zipf()).collect();
     (ins, counts, outs)
+}
+
+/// A call of `minibatches` minibatches of `positions` input positions each,
+/// as a worker sends them with shared negatives (the default): positions
+/// along a sentence of Zipf-like word ids, each with the words within a
+/// radius of 1 ..= 5 (word2vec's shrunk window 5) as its contexts.
+fn windows_call(vocab: usize, minibatches: usize, positions: usize, seed: u64) -> Vec<Minibatch> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    (0..minibatches as u64)
+        .map(|m| {
+            let sentence: Vec<u32> = (0..positions + 10)
+                .map(|_| ((vocab as f64).powf(rng.random::<f64>()) as u32).min(vocab as u32 - 1))
+                .collect();
+            let (mut inputs, mut counts, mut outputs) = (Vec::new(), Vec::new(), Vec::new());
+            for j in 5..positions + 5 {
+                let r = rng.random_range(1..=5usize);
+                let ctx = (j - r..=j + r).filter(|&k| k != j).map(|k| sentence[k]);
+                let before = outputs.len();
+                outputs.extend(ctx);
+                inputs.push(sentence[j]);
+                counts.push((outputs.len() - before) as u32);
+            }
+            Minibatch {
+                seed: seed * 1000 + m,
+                alpha: 0.0,
+                inputs,
+                context_counts: counts,
+                outputs,
+                shared_negatives: true,
+                ..Minibatch::default()
+            }
+        })
+        .collect()
+}
+
+/// Per dot product, what a shard holding `cols` of a d 100 model's columns
+/// spends on the default call (4 minibatches of 256 positions, shared
+/// negatives): its plan (the same on every shard), its dotprod and its
+/// adjust; and one embedded shard's fused loop on the whole vectors. α is 0
+/// and the weights tiny, so the model stays as created however often a
+/// bench repeats the call.
+fn columns(c: &mut Criterion) {
+    const DIM: u32 = 100;
+    let mut group = c.benchmark_group("columns");
+    let call = windows_call(VOCAB, 4, 256, 11);
+    for cols in [13u32, 25, 50, 100] {
+        let spec = ShardSpec {
+            model: model_spec(VOCAB, DIM),
+            col_start: 0,
+            col_end: cols,
+        };
+        let shard = Arc::new(Model::new(spec, &counts(VOCAB)).expect("model"));
+        let (mut targets, mut scratch, mut dots) =
+            (Plan::default(), Scratch::default(), Vec::new());
+        shard.plan(&call, &mut targets).expect("plan");
+        group.throughput(Throughput::Elements(targets.len() as u64));
+        let mut drawn = Plan::default();
+        group.bench_with_input(BenchmarkId::new("plan", cols), &cols, |bench, _| {
+            bench.iter(|| shard.plan(black_box(&call), &mut drawn).expect("plan"));
+        });
+        group.bench_with_input(BenchmarkId::new("dotprod", cols), &cols, |bench, _| {
+            bench.iter(|| {
+                shard
+                    .dotprod(black_box(&targets), &mut scratch, &mut dots)
+                    .expect("dotprod")
+            });
+        });
+        let weights: Vec<f32> = (0..targets.len())
+            .map(|t| if t < targets.examples() { 1e-6 } else { -1e-6 })
+            .collect();
+        group.bench_with_input(BenchmarkId::new("adjust", cols), &cols, |bench, _| {
+            bench.iter(|| {
+                shard
+                    .adjust(black_box(&mut targets), &weights, false, &mut scratch)
+                    .expect("adjust")
+            });
+        });
+        if cols == DIM {
+            let joined = WholeVectors::of(std::slice::from_ref(&shard)).expect("whole vectors");
+            group.bench_with_input(BenchmarkId::new("fused", cols), &cols, |bench, _| {
+                bench.iter(|| {
+                    joined
+                        .fused(black_box(&targets), &mut scratch, &mut dots)
+                        .expect("fused")
+                });
+            });
+        }
+    }
+    group.finish();
 }
 
 fn shard() -> (ShardCore, u64) {
@@ -196,5 +289,5 @@ fn fused(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, handlers, fused, kernels);
+criterion_group!(benches, handlers, columns, fused, kernels);
 criterion_main!(benches);
