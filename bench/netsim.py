@@ -217,7 +217,7 @@ def one_run(args, work: Path, vocab: Path, corpus: Path, tokens: int, rate: str,
             logs.append(lp)
             procs.append(subprocess.Popen(
                 ["ip", "netns", "exec", net.netns(f"s{s}"), str(args.bin_dir / "ps-shard"),
-                 "--listen", ep, "--threads", "1"],
+                 "--listen", ep, "--threads", "1", "--allow-plaintext"],
                 stdout=lp, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 env={**os.environ, "NO_COLOR": "1"}))
         worker_endpoints = [endpoints] * workers
