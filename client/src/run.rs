@@ -370,7 +370,8 @@ fn model_spec(vocab: &VocabCounts, args: &TrainArgs) -> ModelSpec {
 
 /// The training parameters of `args`, with `threads` training threads.
 fn train_params(args: &TrainArgs, threads: usize, in_process: bool) -> TrainParams {
-    let calls = threads * args.in_flight.max(1);
+    let in_flight = crate::cli::train::in_flight(args.in_flight, threads, args.num_workers);
+    let calls = threads * in_flight.max(1);
     TrainParams {
         window: args.window,
         negative: args.negative,

@@ -150,14 +150,13 @@ pub struct TrainArgs {
     /// shards. Default: available cores.
     #[arg(long, help_heading = "Shards and workers", env = "COLONNADE_THREADS")]
     pub threads: Option<usize>,
-    /// Calls each thread keeps in flight (shards reached over gRPC).
-    #[arg(
-        long,
-        help_heading = "Shards and workers",
-        env = "COLONNADE_IN_FLIGHT",
-        default_value_t = 2
-    )]
-    pub in_flight: usize,
+    /// Calls each thread keeps in flight (shards reached over gRPC): more
+    /// hide the round trips to the shards. Default: 4, or fewer (not below
+    /// 2) when all --num-workers workers' threads at 4 minibatches per call
+    /// would pass 256 minibatches in flight (docs/benchmarks.md, "Calls in
+    /// flight across a network").
+    #[arg(long, help_heading = "Shards and workers", env = "COLONNADE_IN_FLIGHT", value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub in_flight: Option<u32>,
     /// Minibatches per call (shards reached over gRPC): sent in one dotprod
     /// and one adjust and applied together, so that per-call and per-row
     /// costs are paid once for all of them. Minibatches in flight per
@@ -541,6 +540,24 @@ pub fn check_outputs(args: &TrainArgs) -> anyhow::Result<()> {
 /// it.
 pub const MAX_SAFE_IN_FLIGHT: u64 = 256;
 
+/// `--in-flight`: as given, else 4 calls per thread, or as many (at least 2)
+/// as keep the `workers` workers' `threads` threads each at or under
+/// [`MAX_SAFE_IN_FLIGHT`] minibatches in flight with 4 per call. Across a
+/// network a thread with 2 calls in flight waits for round trips (4 trained
+/// 1.3-1.9x the words/s of 2 at 0.5-5 ms one way); on one host 4 cost the
+/// same CPU per token as 2, and 8 cost 23% more (the shards' refresh of
+/// crowded calls). Many workers already keep the shards busy: their threads
+/// keep 2, and their calls their 4 minibatches.
+pub fn in_flight(given: Option<u32>, threads: usize, workers: u64) -> usize {
+    match given {
+        Some(n) => n as usize,
+        None => {
+            let calls = MAX_SAFE_IN_FLIGHT / ((threads as u64).max(1) * workers.max(1) * 4);
+            calls.clamp(2, 4) as usize
+        }
+    }
+}
+
 /// `--minibatches-per-call`: as given, else the most up to 4 that keeps the
 /// `workers` workers' `calls` calls each at or under [`MAX_SAFE_IN_FLIGHT`]
 /// minibatches in flight (at least 1). Warns when the total exceeds it.
@@ -568,7 +585,48 @@ pub fn minibatches_per_call(given: Option<u32>, calls: usize, workers: u64) -> u
 
 #[cfg(test)]
 mod tests {
-    use super::minibatches_per_call;
+    use super::{in_flight, minibatches_per_call};
+
+    #[test]
+    fn default_in_flight_is_4_until_the_workers_would_pass_256_in_flight() {
+        assert_eq!(
+            in_flight(None, 2, 1),
+            4,
+            "one worker, 2 threads: 32 in flight"
+        );
+        assert_eq!(in_flight(None, 16, 1), 4, "16 threads: 256");
+        assert_eq!(in_flight(None, 2, 8), 4, "8 workers x 2 threads: 256");
+        assert_eq!(
+            in_flight(None, 2, 16),
+            2,
+            "16 workers: 2 keeps 4 per call at 256"
+        );
+        assert_eq!(
+            in_flight(None, 2, 12),
+            2,
+            "256 / 96 = 2.67: 3 would pass 256"
+        );
+        assert_eq!(in_flight(None, 2, 64), 2, "never below 2");
+        assert_eq!(in_flight(Some(1), 2, 1), 1, "a given value is kept");
+        assert_eq!(in_flight(Some(8), 2, 64), 8);
+        // Together with the minibatches per call: 256 in flight or fewer.
+        for (threads, workers, per) in [
+            (1, 1, 4),
+            (2, 1, 4),
+            (2, 16, 4),
+            (4, 4, 4),
+            (16, 1, 4),
+            (8, 8, 2),
+        ] {
+            let calls = threads * in_flight(None, threads, workers);
+            let per_call = minibatches_per_call(None, calls, workers);
+            assert!(
+                (calls * per_call) as u64 * workers <= 256,
+                "{threads} threads, {workers} workers"
+            );
+            assert_eq!(per_call, per, "{threads} threads, {workers} workers");
+        }
+    }
 
     #[test]
     fn default_minibatches_per_call_keeps_the_cluster_at_256_in_flight() {
