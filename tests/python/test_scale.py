@@ -75,7 +75,8 @@ def test_two_million_words_over_four_shards_within_the_formula(shard_launcher, t
     # The peak against README's bound; what is held against the formula with the table this
     # vocabulary gets (2M words in count order: over runs, so the bound's 8 × V for it is not
     # held). Beyond the formula a shard holds a fixed part (threads, gRPC) and about 2.6 MiB per
-    # call in flight at it (its plan, request and response; the same at any V): on the Intel host
+    # call in flight at it (its waiting plan, a spent one kept for reuse, its request and
+    # response; the same at any V): on the Intel host
     # of 2026-11-29, 10.5-11.0 MiB at 2 calls, 15.5-16.2 at 4, 26.1 at 8 (the default: 2 threads
     # × 4) and 36.8 at 16. 16 % of this small model, 0.6 % of bench/scale.sh's 20M one. So the
     # bound is the formula plus 8 MiB plus 3 MiB a call, not a ratio that a 2M-word model makes
