@@ -370,8 +370,7 @@ fn model_spec(vocab: &VocabCounts, args: &TrainArgs) -> ModelSpec {
 
 /// The training parameters of `args`, with `threads` training threads.
 fn train_params(args: &TrainArgs, threads: usize, in_process: bool) -> TrainParams {
-    let in_flight = crate::cli::train::in_flight(args.in_flight, threads, args.num_workers);
-    let calls = threads * in_flight.max(1);
+    let calls = threads * crate::cli::train::in_flight(args.in_flight, threads, args.num_workers);
     TrainParams {
         window: args.window,
         negative: args.negative,

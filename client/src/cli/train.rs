@@ -540,6 +540,10 @@ pub fn check_outputs(args: &TrainArgs) -> anyhow::Result<()> {
 /// it.
 pub const MAX_SAFE_IN_FLIGHT: u64 = 256;
 
+/// The most minibatches per call the default of --minibatches-per-call
+/// gives, and the count the default of --in-flight plans each call with.
+const MOST_MINIBATCHES_PER_CALL: u64 = 4;
+
 /// `--in-flight`: as given, else 4 calls per thread, or as many (at least 2)
 /// as keep the `workers` workers' `threads` threads each at or under
 /// [`MAX_SAFE_IN_FLIGHT`] minibatches in flight with 4 per call. Across a
@@ -552,7 +556,8 @@ pub fn in_flight(given: Option<u32>, threads: usize, workers: u64) -> usize {
     match given {
         Some(n) => n as usize,
         None => {
-            let calls = MAX_SAFE_IN_FLIGHT / ((threads as u64).max(1) * workers.max(1) * 4);
+            let per_thread = (threads as u64).max(1) * workers.max(1) * MOST_MINIBATCHES_PER_CALL;
+            let calls = MAX_SAFE_IN_FLIGHT / per_thread;
             calls.clamp(2, 4) as usize
         }
     }
@@ -565,7 +570,7 @@ pub fn minibatches_per_call(given: Option<u32>, calls: usize, workers: u64) -> u
     let calls_total = (calls as u64).max(1) * workers.max(1);
     let per_call = match given {
         Some(n) => u64::from(n),
-        None => (MAX_SAFE_IN_FLIGHT / calls_total).clamp(1, 4),
+        None => (MAX_SAFE_IN_FLIGHT / calls_total).clamp(1, MOST_MINIBATCHES_PER_CALL),
     };
     let in_flight = per_call * calls_total;
     if in_flight > MAX_SAFE_IN_FLIGHT {
