@@ -4,7 +4,7 @@
 //! once, the wire order its dot products and weights travel in, and the
 //! step scales of the row step cap ([`row_step_cap`]).
 
-use crate::stale::Pending;
+use crate::stale::{Pending, OTHERS_SHARE};
 use colonnade_common::model::Objective;
 use colonnade_common::sampler::{Deal, NegativeSampler};
 use colonnade_proto::Minibatch;
@@ -27,6 +27,32 @@ pub const ROW_STEP_CAP: u64 = 64;
 pub fn row_step_cap(context_counts: &[u32], negative: u32) -> u64 {
     let widest = context_counts.iter().copied().max().unwrap_or(0);
     (u64::from(widest) * (u64::from(negative) + 1)).max(ROW_STEP_CAP)
+}
+
+/// The most minibatches of a call [`call_step_cap`] counts: the default
+/// --minibatches-per-call. CBOW at alpha 0.05, sample 1e-3, 256 in flight
+/// as 16 per call diverged counting all 16 (3.4 caps), where 4 per call
+/// (8 threads x 8 calls) trained above 16 in flight.
+pub const CALL_CAP_MINIBATCHES: u64 = 4;
+
+/// The row step cap of a call of `minibatches` minibatches whose widest
+/// input position gives `cap` ([`row_step_cap`]): the cap at which a row's
+/// summed steps are scaled as if each minibatch were a call of its own in
+/// flight beside the others, each counting the others' dot products on the
+/// row one in [`OTHERS_SHARE`] ([`crate::stale`]): a row with k dot products
+/// per minibatch is scaled when k + (m − 1)·k/S > cap, i.e. when the call's
+/// m·k pass cap · m·S / (S + m − 1), m counted up to
+/// [`CALL_CAP_MINIBATCHES`]. One minibatch keeps `cap`; 4 or more get 2.3
+/// caps. CBOW's calls take it: a cap on the call
+/// as a whole scaled frequent rows down as if its minibatches were one, and
+/// CBOW over processes lost 1.7 analogy points to gensim at 4 minibatches
+/// per call. Skip-gram's keep one cap per call: at alpha 0.05 over
+/// processes it diverged in every seed with this cap or m caps, and it
+/// trains above gensim with one (docs/benchmarks.md, "Quality grid against
+/// gensim").
+pub fn call_step_cap(cap: u64, minibatches: usize) -> u64 {
+    let m = (minibatches as u64).clamp(1, CALL_CAP_MINIBATCHES);
+    cap.saturating_mul(m * OTHERS_SHARE) / (OTHERS_SHARE + m - 1)
 }
 
 /// The scale of a row's summed update when it takes part in `k` dot products
@@ -291,9 +317,15 @@ impl Plan {
         self.group(sampler, negative);
     }
 
-    /// The call's row step cap and its input rows' step scales.
+    /// The call's row step cap (CBOW: [`call_step_cap`]) and its input
+    /// rows' step scales.
     fn scale_inputs(&mut self, negative: u32) {
-        self.cap = row_step_cap(&self.context_counts, negative);
+        let cap = row_step_cap(&self.context_counts, negative);
+        self.cap = if self.objective.is_cbow() {
+            call_step_cap(cap, self.minibatches)
+        } else {
+            cap
+        };
         let per_position = self.examples_are_positions();
         let examples = (!per_position).then_some(&self.context_counts[..]);
         let rows = if per_position {

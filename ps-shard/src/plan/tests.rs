@@ -112,6 +112,64 @@ fn a_plan_deals_the_sample_as_defined() {
 /// the definitions above) becomes one dot product per context word of
 /// its position, at consecutive wire indices in context order, with the
 /// target's row and α; the positives are the call's pairs.
+/// CBOW: a call of several minibatches scales a row as its minibatches
+/// would be as calls of their own in flight together (each counting the
+/// others one in OTHERS_SHARE), not as one minibatch with all their dot
+/// products; one minibatch with as many on the row is still scaled, and a
+/// skip-gram call keeps one cap for the whole call.
+#[test]
+fn a_cbow_call_of_several_minibatches_scales_rows_as_calls_in_flight_would() {
+    let counts: Vec<u64> = (1..=40u64).map(|r| 4000 / r).collect();
+    let sampler = NegativeSampler::new(&counts, 0.75).expect("sampler");
+    let negative = 5;
+    // Word 0 the one context word of `n` positions (CBOW) or the input of
+    // `n` positions with one context word each (skip-gram): n × 6 dot
+    // products on its input row, against a cap of 64.
+    let mk = |cbow: bool| {
+        move |seed, n: usize| Minibatch {
+            seed,
+            alpha: 0.025,
+            inputs: if cbow {
+                (1..=n as u32).collect()
+            } else {
+                vec![0; n]
+            },
+            context_counts: vec![1; n],
+            outputs: if cbow {
+                vec![0; n]
+            } else {
+                (1..=n as u32).collect()
+            },
+            objective: Objective::from_cbow(cbow),
+            ..Minibatch::default()
+        }
+    };
+    let scale_of_word_0 = |call: &[Minibatch]| {
+        let mut plan = Plan::default();
+        plan.draw(&sampler, negative, 9, call);
+        plan.input_scale[0]
+    };
+    let cbow = mk(true);
+    assert_eq!(scale_of_word_0(&[cbow(1, 10)]), 1.0, "60 of 64");
+    // Three minibatches of 42: as calls in flight, 42 + 2 × 42 / 4 = 63
+    // each, within the cap: 126 dot products unscaled.
+    assert_eq!(scale_of_word_0(&[cbow(1, 7), cbow(2, 7), cbow(3, 7)]), 1.0);
+    // One minibatch of the same 126: scaled to the cap.
+    let one = scale_of_word_0(&[cbow(1, 21)]);
+    assert!((one - 64.0 / 126.0).abs() < 1e-6, "{one}");
+    // Three of 60 (60 + 30 each): beyond, scaled to the call's cap of
+    // 64 · 3 · 4 / 6 = 128.
+    let more = scale_of_word_0(&[cbow(1, 10), cbow(2, 10), cbow(3, 10)]);
+    assert!((more - 128.0 / 180.0).abs() < 1e-6, "{more}");
+    // Skip-gram: the three of 42 against the one cap.
+    let sg = mk(false);
+    let three = scale_of_word_0(&[sg(1, 7), sg(2, 7), sg(3, 7)]);
+    assert!((three - 64.0 / 126.0).abs() < 1e-6, "{three}");
+    assert_eq!(call_step_cap(64, 1), 64);
+    assert_eq!(call_step_cap(64, 4), 146, "64 · 16 / 7");
+    assert_eq!(call_step_cap(64, 16), 146, "counted up to 4 minibatches");
+}
+
 #[test]
 fn shared_negatives_spread_each_target_over_its_contexts() {
     let counts: Vec<u64> = (1..=40u64).map(|r| 4000 / r).collect();
