@@ -43,13 +43,12 @@ pub const CALL_CAP_MINIBATCHES: u64 = 4;
 /// per minibatch is scaled when k + (m − 1)·k/S > cap, i.e. when the call's
 /// m·k pass cap · m·S / (S + m − 1), m counted up to
 /// [`CALL_CAP_MINIBATCHES`]. One minibatch keeps `cap`; 4 or more get 2.3
-/// caps. CBOW's calls take it: a cap on the call
-/// as a whole scaled frequent rows down as if its minibatches were one, and
-/// CBOW over processes lost 1.7 analogy points to gensim at 4 minibatches
-/// per call. Skip-gram's keep one cap per call: at alpha 0.05 over
-/// processes it diverged in every seed with this cap or m caps, and it
-/// trains above gensim with one (docs/benchmarks.md, "Quality grid against
-/// gensim").
+/// caps. CBOW's calls take it: a cap on the call as a whole scaled frequent
+/// rows down as if its minibatches were one, and CBOW over processes lost
+/// 1.7 analogy points to gensim at 4 minibatches per call. Skip-gram's keep
+/// one cap per call: at alpha 0.05 over processes it diverged in every seed
+/// with this cap or m caps, and it trains above gensim with one
+/// (docs/benchmarks.md, "Quality grid against gensim").
 pub fn call_step_cap(cap: u64, minibatches: usize) -> u64 {
     let m = (minibatches as u64).clamp(1, CALL_CAP_MINIBATCHES);
     cap.saturating_mul(m * OTHERS_SHARE) / (OTHERS_SHARE + m - 1)
