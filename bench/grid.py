@@ -209,14 +209,13 @@ def report(data: dict, corpus: str, commit: str, reference: str | None = None) -
         if run["corpus"] != corpus or run["commit"] != commit:
             continue
         by_cell.setdefault(run["cell"], {}).setdefault(run["trainer"], []).append(run)
+    earlier: dict[str, dict[str, list[dict]]] = {}
     for run in data["runs"].values():
-        if reference is None or run["corpus"] != corpus or run["commit"] != reference:
-            continue
-        if run["cell"] in by_cell and run["trainer"] not in by_cell[run["cell"]]:
-            by_cell[run["cell"]].setdefault(f"{run['trainer']}*", []).append(run)
-    for runs in by_cell.values():
-        for trainer in [t for t in runs if t.endswith("*")]:
-            runs[trainer[:-1]] = runs.pop(trainer)
+        if reference is not None and run["corpus"] == corpus and run["commit"] == reference:
+            earlier.setdefault(run["cell"], {}).setdefault(run["trainer"], []).append(run)
+    for cell, runs in by_cell.items():
+        for trainer, rs in earlier.get(cell, {}).items():
+            runs.setdefault(trainer, rs)
     metrics = (("analogy_accuracy", 100, ANALOGY_POINTS), ("ws353_spearman", 1, RHO),
                ("simlex_spearman", 1, RHO), ("men_spearman", 1, RHO))
     out = ["| cell | seeds | gensim analogy % | embedded − gensim | processes − gensim | "

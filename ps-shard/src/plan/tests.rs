@@ -107,11 +107,6 @@ fn a_plan_deals_the_sample_as_defined() {
     }
 }
 
-/// Shared negatives: every target of the call's CBOW-layout plan (its
-/// positions' own words and the negatives dealt to them, checked against
-/// the definitions above) becomes one dot product per context word of
-/// its position, at consecutive wire indices in context order, with the
-/// target's row and α; the positives are the call's pairs.
 /// CBOW: a call of several minibatches scales a row as its minibatches
 /// would be as calls of their own in flight together (each counting the
 /// others one in OTHERS_SHARE), not as one minibatch with all their dot
@@ -170,6 +165,11 @@ fn a_cbow_call_of_several_minibatches_scales_rows_as_calls_in_flight_would() {
     assert_eq!(call_step_cap(64, 16), 146, "counted up to 4 minibatches");
 }
 
+/// Shared negatives: every target of the call's CBOW-layout plan (its
+/// positions' own words and the negatives dealt to them, checked against
+/// the definitions above) becomes one dot product per context word of
+/// its position, at consecutive wire indices in context order, with the
+/// target's row and α; the positives are the call's pairs.
 #[test]
 fn shared_negatives_spread_each_target_over_its_contexts() {
     let counts: Vec<u64> = (1..=40u64).map(|r| 4000 / r).collect();
