@@ -98,7 +98,8 @@ pub(crate) struct Pending {
 
 /// CBOW's dot products and deltas of one minibatch: per item, h = the mean
 /// of its context rows (f64), against its own word and negatives; Δh goes to
-/// every context word. Counts the dot products each row takes part in.
+/// every context word. Counts the dot products each row takes part in (a
+/// context row, its share of its position's).
 #[allow(clippy::too_many_arguments)]
 fn cbow_dots(
     u: &[f32],
@@ -123,11 +124,14 @@ fn cbow_dots(
         let mut dh = vec![0.0f32; d];
         let targets =
             std::iter::once((*center as usize, 1.0)).chain(negs.iter().map(|&x| (x as usize, 0.0)));
+        // Each context row is 1/count of h: it counts its share of the
+        // position's 1 + negative dot products, rounded up.
+        let share = (negs.len() + 1).div_ceil(contexts.len().max(1));
+        for &c in contexts {
+            k_u[c as usize] += share;
+        }
         for (x, label) in targets {
             k_v[x] += 1;
-            for &c in contexts {
-                k_u[c as usize] += 1;
-            }
             let f: f64 = (0..d).map(|i| h[i] * f64::from(v[x * d + i])).sum();
             let g = alpha * half::f16::from_f64(label - sigmoid(f)).to_f32();
             // A negative equal to the positive carries no update.
@@ -460,25 +464,45 @@ async fn distributed_matches_reference_where_the_row_step_cap_bites() {
     // A head-heavy vocabulary (the ~20 most frequent words) and larger
     // minibatches: frequent rows take part in more than ROW_STEP_CAP dot
     // products per minibatch, so the cap scales their updates.
+    let mut p = params(5);
+    p.minibatch = 64;
+    matches_reference_where_the_cap_bites(&p, 100).await;
+}
+
+/// CBOW where the cap bites: a context row counts its share of its
+/// position's dot products (1/count of them, rounded up), so a frequent
+/// context word is scaled later than a skip-gram input in as many windows
+/// (the reference counts it longhand; counted in full, as before, the
+/// models differ).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cbow_matches_reference_where_the_row_step_cap_bites() {
+    let mut p = params(7);
+    p.objective = Objective::Cbow;
+    p.minibatch = 256;
+    matches_reference_where_the_cap_bites(&p, 40).await;
+}
+
+/// `p` on a head-heavy vocabulary (the ~20 most frequent words), 1 shard
+/// over gRPC and 2 in process, against the reference with the cap (which
+/// scales more than `min_capped` row updates), and away from it without.
+async fn matches_reference_where_the_cap_bites(p: &TrainParams, min_capped: u64) {
     let dir = tempfile::tempdir().expect("tempdir");
     let corpus = sample_corpus(dir.path(), 20_000);
     let vocab = Arc::new(vocab_of(&corpus, 150));
     assert!(vocab.len() < 40, "{} words", vocab.len());
-    let mut p = params(5);
-    p.minibatch = 64;
-    let reference = reference_train(&vocab, &corpus, &p, true);
+    let reference = reference_train(&vocab, &corpus, p, true);
     assert!(
-        reference.capped > 100,
+        reference.capped > min_capped,
         "the cap scaled only {} row updates",
         reference.capped
     );
-    let uncapped = reference_train(&vocab, &corpus, &p, false);
+    let uncapped = reference_train(&vocab, &corpus, p, false);
     let v = vocab.len() as u64;
 
     let (spawned, grpc) = grpc_cluster(1).await;
-    let (fp, _) = run(grpc, &vocab, &corpus, &p).await;
+    let (fp, _) = run(grpc, &vocab, &corpus, p).await;
     let core1: Vec<_> = spawned.iter().map(|s| Arc::clone(&s.core)).collect();
-    let (_, cores2, _) = run_in_process(2, &vocab, &corpus, &p).await;
+    let (_, cores2, _) = run_in_process(2, &vocab, &corpus, p).await;
     let scale = norm_scale(&reference.u).max(norm_scale(&reference.v));
     let tol = 1e-4 * scale.max(1e-3);
     for (name, cores) in [

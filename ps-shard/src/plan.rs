@@ -54,6 +54,19 @@ pub fn call_step_cap(cap: u64, minibatches: usize) -> u64 {
     cap.saturating_mul(m * OTHERS_SHARE) / (OTHERS_SHARE + m - 1)
 }
 
+/// The dot products a CBOW context word entry counts for in its row's load:
+/// its position's `per_pair` (1 + negative) shared among the position's `c`
+/// context words, rounded up. The position's dot products are of h, the
+/// mean of its context rows, so each context row is 1/c of what they read:
+/// a step on it moves those dot products, and the steps after them, by 1/c
+/// of what a skip-gram step on its own row would. Counted in full, as a
+/// skip-gram input's, the cap scaled CBOW's frequent context words down c
+/// times too early, and CBOW trained 0.4-0.8 analogy points below gensim
+/// after one epoch (docs/benchmarks.md, "Quality grid against gensim").
+pub fn cbow_context_load(per_pair: u64, c: u32) -> u32 {
+    u32::try_from(per_pair.div_ceil(u64::from(c.max(1)))).unwrap_or(u32::MAX)
+}
+
 /// The scale of a row's summed update when it takes part in `k` dot products
 /// of one minibatch: 1 up to `cap` (see [`row_step_cap`]), then `cap / k`.
 /// Over gRPC, k counts the dot products of every call in flight on the row
@@ -207,6 +220,9 @@ pub struct Plan {
     /// Per input row written: the dot products its word takes part in over
     /// the call (what its scale is of).
     input_load: Vec<u64>,
+    /// CBOW: per context word entry, its share of its position's dot
+    /// products ([`cbow_context_load`]).
+    entry_load: Vec<u32>,
     /// The pending counts this plan's dot products are counted in
     /// ([`crate::stale`]), from its dotprod until its adjust or its drop.
     counted_in: Option<Arc<Pending>>,
@@ -325,8 +341,25 @@ impl Plan {
         } else {
             cap
         };
+        let per_pair = u64::from(negative) + 1;
         let per_position = self.examples_are_positions();
-        let examples = (!per_position).then_some(&self.context_counts[..]);
+        // Per input row entry, its dot products (times `per_entry`): a
+        // skip-gram position's word, its pairs; CBOW, a context word's
+        // share of its position's ([`cbow_context_load`]).
+        let (examples, per_entry) = if self.objective.is_cbow() {
+            self.entry_load.clear();
+            for &c in &self.context_counts {
+                let load = cbow_context_load(per_pair, c);
+                self.entry_load
+                    .extend(std::iter::repeat_n(load, c as usize));
+            }
+            (Some(&self.entry_load[..]), 1)
+        } else {
+            (
+                (!per_position).then_some(&self.context_counts[..]),
+                per_pair,
+            )
+        };
         let rows = if per_position {
             &self.contexts
         } else {
@@ -335,7 +368,7 @@ impl Plan {
         input_loads(
             rows,
             examples,
-            u64::from(negative) + 1,
+            per_entry,
             (&mut self.input_keys, &mut self.keys_tmp),
             &mut self.input_load,
             &mut self.slot_words,
