@@ -101,8 +101,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="report gensim's and the embedded mode's runs of this earlier label where this one "
                         "has none (e.g. a variant run with --trainers processes)")
     p.add_argument("--label", default=None,
-                   help="names the build in the results (default: `git describe --always --dirty` of this "
-                        "repository); a run is kept per label, so a new build fills the grid anew")
+                   help="names the build in the results (default: the commit, `-dirty` with changes outside "
+                        "bench/results and docs); a run is kept per label, so a new build fills the grid anew")
     a = p.parse_args(argv)
     bad = set(split(a.trainers)) - set(TRAINERS)
     if bad:
@@ -324,10 +324,16 @@ def train_grid(a: argparse.Namespace, data: dict, json_path: Path, corpus: str, 
 
 
 def build_label() -> str:
+    """The commit, with `-dirty` when anything the binaries are built from has
+    changes: bench/results/ (this grid's own JSON, once a run is saved) and
+    docs/ do not count, so a grid started after a first save keeps the label."""
     try:
-        out = subprocess.run(["git", "-C", str(REPO), "describe", "--always", "--dirty"],
-                             capture_output=True, text=True, check=True)
-        return out.stdout.strip()
+        commit = subprocess.run(["git", "-C", str(REPO), "describe", "--always"],
+                                capture_output=True, text=True, check=True).stdout.strip()
+        changed = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no",
+                                  "--", ".", ":(exclude)bench/results", ":(exclude)docs"],
+                                 capture_output=True, text=True, check=True).stdout.strip()
+        return f"{commit}-dirty" if changed else commit
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
 
