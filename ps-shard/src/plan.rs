@@ -606,7 +606,8 @@ impl Plan {
             + self.target_wire.capacity()
             + self.context_start.capacity()
             + self.slot_of.capacity()
-            + self.slot_words.capacity();
+            + self.slot_words.capacity()
+            + self.entry_load.capacity();
         let pairs = self.plan.capacity()
             + self.groups.capacity()
             + self.example_info.capacity()
