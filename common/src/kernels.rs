@@ -98,6 +98,8 @@ pub trait Simd: Copy {
     type Lanes: Copy;
     /// Lanes of +0.
     fn lanes_zero(self) -> Self::Lanes;
+    /// The 16 floats of `x`, as lanes.
+    fn lanes_load(self, x: &[f32; LANES]) -> Self::Lanes;
     /// acc + alpha·x, lane by lane: [`axpy_kernel`]'s operations (mul, then
     /// add), so bit for bit what it gives.
     fn lanes_axpy(self, acc: Self::Lanes, alpha: f32, x: &[f32; LANES]) -> Self::Lanes;
@@ -120,6 +122,11 @@ impl Simd for Portable {
     #[inline(always)]
     fn lanes_zero(self) -> Self::Lanes {
         [0.0; LANES]
+    }
+
+    #[inline(always)]
+    fn lanes_load(self, x: &[f32; LANES]) -> Self::Lanes {
+        *x
     }
 
     #[inline(always)]
@@ -172,6 +179,12 @@ impl Simd for Avx {
     }
 
     #[inline(always)]
+    fn lanes_load(self, x: &[f32; LANES]) -> Self::Lanes {
+        // SAFETY: as in `dot`.
+        unsafe { lanes_load_avx(x) }
+    }
+
+    #[inline(always)]
     fn lanes_axpy(self, acc: Self::Lanes, alpha: f32, x: &[f32; LANES]) -> Self::Lanes {
         // SAFETY: as in `dot`.
         unsafe { lanes_axpy_avx(acc, alpha, x) }
@@ -190,6 +203,21 @@ impl Simd for Avx {
 fn lanes_zero_avx() -> <Avx as Simd>::Lanes {
     use std::arch::x86_64::_mm256_setzero_ps;
     (_mm256_setzero_ps(), _mm256_setzero_ps())
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx")]
+#[inline]
+fn lanes_load_avx(x: &[f32; LANES]) -> <Avx as Simd>::Lanes {
+    use std::arch::x86_64::_mm256_loadu_ps;
+    // SAFETY: `x` holds 16 floats, so both 8-float loads are in bounds;
+    // unaligned loads have no alignment requirement.
+    unsafe {
+        (
+            _mm256_loadu_ps(x.as_ptr()),
+            _mm256_loadu_ps(x.as_ptr().add(8)),
+        )
+    }
 }
 
 /// acc + alpha·x in two 8-float registers: mul, then add, as `axpy_kernel`.
@@ -315,6 +343,11 @@ impl Simd for Avx512 {
     #[inline(always)]
     fn lanes_zero(self) -> Self::Lanes {
         Portable.lanes_zero()
+    }
+
+    #[inline(always)]
+    fn lanes_load(self, x: &[f32; LANES]) -> Self::Lanes {
+        Portable.lanes_load(x)
     }
 
     #[inline(always)]

@@ -223,27 +223,44 @@ fn dotprod_body<K: Simd, const N: usize>(k: K, work: Work<'_>, dots: &mut [f32])
     for (x, run) in RowRuns::new(v, work.plan, work.groups) {
         // A guard, not a closure: the row's work inlines into this clone.
         let row = v.row_mut(x);
-        split_run_dots(k, run, u_rows, stride, cols, &row, dots);
+        if N == 0 {
+            split_run_dots(k, run, u_rows, stride, &row[..cols], dots);
+        } else {
+            split_run_dots(k, run, u_rows, stride, &padded_row::<N>(&row), dots);
+        }
     }
+}
+
+/// `row` zero-padded to `N` floats (`N` ≥ its length): the split loops'
+/// copy of an output row, read once per run, so that each of the run's dot
+/// products and Δu updates works on whole 16-float chunks (no masked tail)
+/// against the zero-padded input rows. The padding adds only products of
+/// zeros, so every sum is bit for bit the unpadded one.
+#[inline(always)]
+fn padded_row<const N: usize>(row: &[f32]) -> [f32; N] {
+    let mut out = [0.0f32; N];
+    out[..row.len()].copy_from_slice(row);
+    out
 }
 
 /// The partial dot products of one output row's `run` in the split loops,
 /// into `dots` by wire index: each input position's `stride`-padded row
-/// against `row`. The one computation both [`dotprod_body`] and a refreshing
-/// adjust ([`Refresh`]) run, so that rows nothing moved give the same value.
+/// against `row` (the row's columns, or [`padded_row`]: the same sums).
+/// The one computation both [`dotprod_body`] and a refreshing adjust
+/// ([`Refresh`]) run, so that rows nothing moved give the same value.
 #[inline(always)]
 fn split_run_dots<K: Simd>(
     k: K,
     run: &[(u32, u32)],
     u_rows: &[f32],
     stride: usize,
-    cols: usize,
     row: &[f32],
     dots: &mut [f32],
 ) {
+    let len = row.len();
     for &(t, p) in run {
         let p = p as usize * stride;
-        dots[t as usize] = k.dot(&u_rows[p..p + cols], row);
+        dots[t as usize] = k.dot(&u_rows[p..p + len], row);
     }
 }
 
@@ -373,11 +390,13 @@ fn adjust_body<K: Simd, const N: usize>(k: K, work: Work<'_>, steps: Steps<'_>) 
         let scale = row_step_scale(load, cap);
         // A guard, not a closure: the row's work inlines into this clone.
         let mut row = v.row_mut(x);
+        let padded = padded_row::<N>(&row[..N.min(row.len())]);
+        let read: &[f32] = if N == 0 { &row } else { &padded };
         // The run's weights: as sent, or refreshed for the rows' drift (all
         // of the run's dot products first, so that none waits on another).
         let weights = match refresh.as_mut() {
             Some(r) => {
-                split_run_dots(k, run, u_rows, stride, u.cols(), &row, r.out);
+                split_run_dots(k, run, u_rows, stride, read, r.out);
                 for &(t, _) in run {
                     let t = t as usize;
                     r.out[t] = r.weight(t, weights[t], r.out[t]);
@@ -391,7 +410,9 @@ fn adjust_body<K: Simd, const N: usize>(k: K, work: Work<'_>, steps: Steps<'_>) 
                 k, &mut row, scale, run, weights, u_rows, u_delta, v_delta, written,
             );
         } else {
-            update_fixed_row::<K, N>(k, &mut row, scale, run, weights, u_rows, u_delta, written);
+            update_fixed_row::<K, N>(
+                k, &mut row, &padded, scale, run, weights, u_rows, u_delta, written,
+            );
         }
     }
     add_input_deltas(u, inputs, contexts, u_delta, input_scale, stride, written);
@@ -404,6 +425,7 @@ fn adjust_body<K: Simd, const N: usize>(k: K, work: Work<'_>, steps: Steps<'_>) 
 fn update_fixed_row<K: Simd, const N: usize>(
     k: K,
     row: &mut [f32],
+    padded: &[f32; N],
     scale: f32,
     run: &[(u32, u32)],
     weights: &[f32],
@@ -415,8 +437,17 @@ fn update_fixed_row<K: Simd, const N: usize>(
     let mut dv = [k.lanes_zero(); 4];
     for &(t, p) in run {
         let (g, p) = (weights[t as usize], p as usize * N);
-        for (d, r) in u_delta[p..p + cols].iter_mut().zip(&*row) {
-            *d += g * r;
+        // Δu += G·v(x) on whole chunks: the padding lanes add G·0.
+        let ud = &mut u_delta[p..p + N];
+        for c in 0..N / LANES {
+            let d: &mut [f32; LANES] = (&mut ud[c * LANES..(c + 1) * LANES])
+                .try_into()
+                .expect("16 floats");
+            let r: &[f32; LANES] = padded[c * LANES..(c + 1) * LANES]
+                .try_into()
+                .expect("16 floats");
+            let sum = k.lanes_axpy(k.lanes_load(d), g, r);
+            k.lanes_store(sum, d);
         }
         let ur = &u_rows[p..p + N];
         for (c, acc) in dv.iter_mut().enumerate().take(N / LANES) {
@@ -426,15 +457,25 @@ fn update_fixed_row<K: Simd, const N: usize>(
             *acc = k.lanes_axpy(*acc, g, x);
         }
     }
-    // scale · Δv, exact when the scale is 1
-    let mut out = [0.0f32; N];
+    // v(x) + scale·Δv on whole chunks (mul, then add: exact when the scale
+    // is 1; the padding lanes are 0 + scale·0), written back as
+    // [`add_guarded`] does: not at all if a value would pass MAX_VALUE_BITS.
+    let mut new = [0.0f32; N];
     for (c, acc) in dv.iter().enumerate().take(N / LANES) {
-        let o: &mut [f32; LANES] = (&mut out[c * LANES..(c + 1) * LANES])
-            .try_into()
-            .expect("16 floats");
-        k.lanes_store(*acc, o);
+        let chunk = c * LANES..(c + 1) * LANES;
+        let mut d = [0.0f32; LANES];
+        k.lanes_store(*acc, &mut d);
+        let r: &[f32; LANES] = padded[chunk.clone()].try_into().expect("16 floats");
+        let o: &mut [f32; LANES] = (&mut new[chunk]).try_into().expect("16 floats");
+        k.lanes_store(k.lanes_axpy(k.lanes_load(r), scale, &d), o);
     }
-    add_guarded(row, scale, &out[..cols], written);
+    let m = new
+        .iter()
+        .fold(0u32, |m, v| m.max(v.to_bits() & 0x7fff_ffff));
+    *written = (*written).max(m);
+    if m <= MAX_VALUE_BITS {
+        row.copy_from_slice(&new[..cols]);
+    }
 }
 
 /// One output row's updates: per dot product of its `run`, Δu of the input
