@@ -438,22 +438,13 @@ fn update_fixed_row<K: Simd, const N: usize>(
     for &(t, p) in run {
         let (g, p) = (weights[t as usize], p as usize * N);
         // Δu += G·v(x) on whole chunks: the padding lanes add G·0.
-        let ud = &mut u_delta[p..p + N];
-        for c in 0..N / LANES {
-            let d: &mut [f32; LANES] = (&mut ud[c * LANES..(c + 1) * LANES])
-                .try_into()
-                .expect("16 floats");
-            let r: &[f32; LANES] = padded[c * LANES..(c + 1) * LANES]
-                .try_into()
-                .expect("16 floats");
+        let (ud, _) = u_delta[p..p + N].as_chunks_mut::<LANES>();
+        for (d, r) in ud.iter_mut().zip(padded.as_chunks::<LANES>().0) {
             let sum = k.lanes_axpy(k.lanes_load(d), g, r);
             k.lanes_store(sum, d);
         }
-        let ur = &u_rows[p..p + N];
-        for (c, acc) in dv.iter_mut().enumerate().take(N / LANES) {
-            let x: &[f32; LANES] = ur[c * LANES..(c + 1) * LANES]
-                .try_into()
-                .expect("16 floats");
+        let (ur, _) = u_rows[p..p + N].as_chunks::<LANES>();
+        for (acc, x) in dv.iter_mut().zip(ur) {
             *acc = k.lanes_axpy(*acc, g, x);
         }
     }
@@ -461,12 +452,10 @@ fn update_fixed_row<K: Simd, const N: usize>(
     // is 1; the padding lanes are 0 + scale·0), written back as
     // [`add_guarded`] does: not at all if a value would pass MAX_VALUE_BITS.
     let mut new = [0.0f32; N];
-    for (c, acc) in dv.iter().enumerate().take(N / LANES) {
-        let chunk = c * LANES..(c + 1) * LANES;
+    let (out, _) = new.as_chunks_mut::<LANES>();
+    for ((acc, r), o) in dv.iter().zip(padded.as_chunks::<LANES>().0).zip(out) {
         let mut d = [0.0f32; LANES];
         k.lanes_store(*acc, &mut d);
-        let r: &[f32; LANES] = padded[chunk.clone()].try_into().expect("16 floats");
-        let o: &mut [f32; LANES] = (&mut new[chunk]).try_into().expect("16 floats");
         k.lanes_store(k.lanes_axpy(k.lanes_load(r), scale, &d), o);
     }
     let m = new
