@@ -41,7 +41,7 @@ use colonnade_common::sampler::{Deal, NegativeSampler};
 use colonnade_common::seeds::{derive, Purpose};
 use colonnade_common::vocab::Vocab;
 use colonnade_ps_shard::plan::ROW_STEP_CAP;
-use colonnade_ps_shard::{Matrix, ShardCore};
+use colonnade_ps_shard::{Matrix, ShardCore, SpawnedShard};
 use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::path::Path;
@@ -293,7 +293,11 @@ fn reference_train(vocab: &Vocab, corpus: &Path, p: &TrainParams, cap: bool) -> 
 /// sample of `examples × negative` points, each the word at its point,
 /// point i going to the example its deal gives it (the definitions, not the
 /// shard's incremental walk).
-fn deal_negatives(batch: &Pending, sampler: &NegativeSampler, negative: usize) -> Vec<Vec<u32>> {
+pub(crate) fn deal_negatives(
+    batch: &Pending,
+    sampler: &NegativeSampler,
+    negative: usize,
+) -> Vec<Vec<u32>> {
     let examples: usize = if batch.cbow || batch.shared {
         batch.items.len()
     } else {
@@ -758,24 +762,25 @@ pub(crate) fn random_call(
     (batch, mb)
 }
 
-/// Every row of both matrices of model `fp` (`rows` words) on `cores`
-/// (`shards` of them) against `want`, within `tol`, and against `without`,
+/// Every row of both matrices of model `fp` (`rows` words) on the shards
+/// `spawned` against `want`, within `tol`, and against `without`,
 /// which must be more than `far` × `tol` off (`why` says what it means if
 /// not).
 pub(crate) fn assert_rows(
-    cores: &[Arc<ShardCore>],
+    spawned: &[SpawnedShard],
     (fp, rows): (u64, usize),
     want: &Reference,
     (without, far): (&Reference, f32),
     tol: f32,
     why: &str,
 ) {
+    let cores: Vec<_> = spawned.iter().map(|s| Arc::clone(&s.core)).collect();
     let shards = cores.len();
     for (m, matrix, want, without) in [
         ("u", Matrix::Input, &want.u, &without.u),
         ("v", Matrix::Output, &want.v, &without.v),
     ] {
-        let got = assemble(cores, fp, matrix, rows as u64);
+        let got = assemble(&cores, fp, matrix, rows as u64);
         let diff = max_abs_diff(&got, want);
         assert!(
             diff <= tol,
@@ -803,7 +808,6 @@ pub(crate) fn assert_rows(
 /// flight were counted) must be far off.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_in_flight_scale_each_row_by_the_dot_products_pending_on_it() {
-    use colonnade_common::sgns::applied_weight;
     use colonnade_proto::ModelShards;
     let HeadHeavy {
         _dir,
@@ -862,25 +866,9 @@ async fn calls_in_flight_scale_each_row_by_the_dot_products_pending_on_it() {
     let scale = norm_scale(&want.u).max(norm_scale(&want.v));
     let tol = 1e-4 * scale.max(1e-3);
     for shards in [1, 2] {
-        let (spawned, mut cluster) = grpc_cluster(shards).await;
-        let fp = cluster
-            .create(
-                crate::common::spec_of(&counts, &p),
-                Arc::clone(&counts),
-                std::time::Duration::from_secs(5),
-            )
-            .await
-            .expect("create model");
-        let mut first = cluster
-            .pipelines(0, std::time::Duration::from_secs(30))
-            .expect("pipelines");
+        let (spawned, fp, mut first) = crate::common::model_on_grpc(shards, &counts, &p).await;
         let mut second = first.pipeline();
-        let weights = |dots: &[f32], examples: usize| -> Vec<f32> {
-            dots.iter()
-                .enumerate()
-                .map(|(t, &f)| applied_weight(f, t < examples))
-                .collect()
-        };
+        let weights = crate::common::applied_weights;
         let (mut dots, mut dots_b) = (Vec::new(), Vec::new());
         let warm_call = [warm_mb.clone()];
         first.dotprod(&warm_call, &mut dots).await.expect("dotprod");
@@ -897,9 +885,8 @@ async fn calls_in_flight_scale_each_row_by_the_dot_products_pending_on_it() {
         let w = weights(&dots_b, b_mb.examples());
         second.adjust(&call_b, &w).await.expect("adjust B");
 
-        let cores: Vec<_> = spawned.iter().map(|s| Arc::clone(&s.core)).collect();
         assert_rows(
-            &cores,
+            &spawned,
             (fp, rows),
             &want,
             (&alone, 100.0),

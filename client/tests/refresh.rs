@@ -5,21 +5,22 @@
 //! σ(F) the weight carries) and steps by its own dot products only; the
 //! calls before it step as before, by the dot products pending on their
 //! rows. Checked against the reference of `reference.rs`, extended here
-//! with its own refresh (f64, the exact sigmoid), on 1 and 2 shards.
+//! with its own refresh (f64, the exact sigmoid), on 1 and 2 shards; and
+//! CBOW's calls, which refresh as soon as another call waits.
 
-use crate::common::{grpc_cluster, DIM};
+use crate::common::{applied_weights, model_on_grpc, DIM};
 use crate::reference::{
-    assert_rows, call_steps, cap_scale, head_heavy, loads, norm_scale, random_call, sigmoid,
-    Reference,
+    assert_rows, call_steps, cap_scale, deal_negatives, head_heavy, loads, norm_scale, random_call,
+    sigmoid, Pending, Reference,
 };
-use colonnade_common::sgns::applied_weight;
+use colonnade_common::model::Objective;
+use colonnade_common::sampler::NegativeSampler;
 use colonnade_proto::ModelShards;
 use colonnade_ps_shard::plan::ROW_STEP_CAP;
 use colonnade_ps_shard::stale::{OTHERS_SHARE, REFRESH_FROM_CALLS};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use std::ops::Range;
-use std::sync::Arc;
 
 /// Σ over `cols` of u(w)·v(x), in f64.
 fn dot(m: &Reference, w: usize, x: usize, cols: Range<usize>) -> f64 {
@@ -61,6 +62,16 @@ fn apply_on(
             }
         }
     }
+}
+
+/// Each shard's columns when the model is split over `shards`.
+fn column_split(shards: usize) -> Vec<Range<usize>> {
+    (0..shards)
+        .map(|i| {
+            let r = colonnade_common::model::column_range(DIM, shards as u32, i as u32);
+            r.start as usize..r.end as usize
+        })
+        .collect()
 }
 
 /// G = α·w refreshed for a drift δ of F: σ = 1 − w (positive) or −w
@@ -158,34 +169,13 @@ async fn a_crowded_shard_refreshes_weights_for_the_drift_of_their_rows() {
 
     let counts = vocab.counts_only();
     for shards in [1usize, 2] {
-        let split: Vec<Range<usize>> = (0..shards)
-            .map(|i| {
-                let r = colonnade_common::model::column_range(DIM, shards as u32, i as u32);
-                r.start as usize..r.end as usize
-            })
-            .collect();
+        let split = column_split(shards);
         let want = expect(&split, true);
         let stale = expect(&split, false);
         let scale = norm_scale(&want.u).max(norm_scale(&want.v));
         let tol = 2e-3 * scale.max(1e-3);
-        let (spawned, mut cluster) = grpc_cluster(shards).await;
-        let fp = cluster
-            .create(
-                crate::common::spec_of(&counts, p),
-                Arc::clone(&counts),
-                std::time::Duration::from_secs(5),
-            )
-            .await
-            .expect("create model");
-        let first = cluster
-            .pipelines(0, std::time::Duration::from_secs(30))
-            .expect("pipelines");
-        let weights = |dots: &[f32], examples: usize| -> Vec<f32> {
-            dots.iter()
-                .enumerate()
-                .map(|(t, &f)| applied_weight(f, t < examples))
-                .collect()
-        };
+        let (spawned, fp, first) = model_on_grpc(shards, &counts, p).await;
+        let weights = applied_weights;
         let mut pipes: Vec<_> = calls.iter().map(|_| first.pipeline()).collect();
         let mut warm_pipe = first.pipeline();
         let mut dots = Vec::new();
@@ -210,14 +200,206 @@ async fn a_crowded_shard_refreshes_weights_for_the_drift_of_their_rows() {
                 .await
                 .expect("adjust");
         }
-        let cores: Vec<_> = spawned.iter().map(|s| Arc::clone(&s.core)).collect();
         assert_rows(
-            &cores,
+            &spawned,
             (fp, rows),
             &want,
             (&stale, 10.0),
             tol,
             "the model without the refresh is as close: the crowded calls were not refreshed",
+        );
+    }
+}
+
+/// CBOW's steps of a call in the reference: per input position (its index
+/// in `batch.items`) and target, the output row and G = α × the half float
+/// of (label − σ(h·v(x))), h the mean of the position's context rows in
+/// `state` (the vectors its dotprod read), 0 for a negative equal to its
+/// positive.
+fn cbow_steps(
+    state: &Reference,
+    batch: &Pending,
+    alpha: f32,
+    sampler: &NegativeSampler,
+    negative: usize,
+) -> Vec<(usize, usize, f32)> {
+    let all = 0..DIM as usize;
+    let negatives = deal_negatives(batch, sampler, negative);
+    let mut steps = Vec::new();
+    for (p, ((center, _), negs)) in batch.items.iter().zip(&negatives).enumerate() {
+        let targets =
+            std::iter::once((*center as usize, 1.0)).chain(negs.iter().map(|&x| (x as usize, 0.0)));
+        for (x, label) in targets {
+            let f = cbow_dot(state, batch, p, x, all.clone());
+            let skip = label == 0.0 && x == *center as usize;
+            let g = alpha * half::f16::from_f64(label - sigmoid(f)).to_f32();
+            steps.push((p, x, if skip { 0.0 } else { g }));
+        }
+    }
+    steps
+}
+
+/// Position `p`'s h (the mean of its context rows) in `m`, on `cols`.
+fn cbow_h(m: &Reference, batch: &Pending, p: usize, cols: Range<usize>) -> Vec<f64> {
+    let d = DIM as usize;
+    let contexts = &batch.items[p].1;
+    cols.map(|c| {
+        let sum: f64 = contexts
+            .iter()
+            .map(|&w| f64::from(m.u[w as usize * d + c]))
+            .sum();
+        sum / contexts.len() as f64
+    })
+    .collect()
+}
+
+/// Σ over `cols` of h(p)·v(x) in `m`, in f64.
+fn cbow_dot(m: &Reference, batch: &Pending, p: usize, x: usize, cols: Range<usize>) -> f64 {
+    let d = DIM as usize;
+    let h = cbow_h(m, batch, p, cols.clone());
+    h.iter()
+        .zip(cols)
+        .map(|(h, c)| h * f64::from(m.v[x * d + c]))
+        .sum()
+}
+
+/// Applies CBOW `steps` on `cols`, each step's G from `weight(i)`: per
+/// position, Δh += G·v(x) and Δv(x) += G·h from the vectors as they are now,
+/// then every context row of the position += its Δh. No row here takes
+/// enough steps for the row step cap to scale them (checked by the test).
+fn apply_cbow(
+    m: &mut Reference,
+    batch: &Pending,
+    steps: &[(usize, usize, f32)],
+    weight: impl Fn(usize) -> f32,
+    cols: Range<usize>,
+) {
+    let d = DIM as usize;
+    let mut du = vec![0.0f32; m.u.len()];
+    let mut dv = vec![0.0f32; m.v.len()];
+    for (p, (_, contexts)) in batch.items.iter().enumerate() {
+        let h = cbow_h(m, batch, p, cols.clone());
+        let mut dh = vec![0.0f32; d];
+        for (i, &(_, x, _)) in steps.iter().enumerate().filter(|(_, s)| s.0 == p) {
+            let g = weight(i);
+            for (j, c) in cols.clone().enumerate() {
+                dh[c] += g * m.v[x * d + c];
+                dv[x * d + c] += g * h[j] as f32;
+            }
+        }
+        for &w in contexts {
+            for c in cols.clone() {
+                du[w as usize * d + c] += dh[c];
+            }
+        }
+    }
+    for (a, b) in m.u.iter_mut().zip(&du).chain(m.v.iter_mut().zip(&dv)) {
+        *a += b;
+    }
+}
+
+/// CBOW refreshes as soon as another call waits (`CBOW_REFRESH_FROM_CALLS`,
+/// 2): after a warm-up call alone, dotprod A, dotprod B, adjust A, adjust B,
+/// where B trains A's positions (other negatives). A found no call waiting
+/// and steps from its weights; B found A waiting, so its adjust refreshes
+/// each weight for the drift A's adjust gave h·v(x) (per shard, times d ÷
+/// its columns) before stepping. Skip-gram keeps `REFRESH_FROM_CALLS` (its
+/// 2-call test in `reference.rs` steps without a refresh).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cbow_refreshes_its_weights_when_another_call_waits() {
+    const WARM_CALLS: u64 = 20;
+    const WARM_ALPHA: f32 = 0.5;
+    const B_ALPHA: f32 = 0.4;
+    let h = head_heavy();
+    let (vocab, rows, negative, sampler) = (&h.vocab, h.rows, h.negative, &h.sampler);
+    let mut p = h.p.clone();
+    p.objective = Objective::Cbow;
+    let mut rng = ChaCha8Rng::seed_from_u64(29);
+    let mut call = |seed: u64, alpha: f32| {
+        let (mut b, mut mb) = random_call(&mut rng, rows, 8, (2, 4), seed, alpha);
+        b.cbow = true;
+        mb.objective = Objective::Cbow;
+        (b, mb)
+    };
+    // Warm-up calls alone, so that the rows have grown and A moves F.
+    let warm: Vec<_> = (0..WARM_CALLS).map(|j| call(201 + j, WARM_ALPHA)).collect();
+    let (a, a_mb) = call(301, WARM_ALPHA);
+    let b = Pending {
+        items: a.items.clone(),
+        seed: 302,
+        cbow: true,
+        shared: false,
+    };
+    let b_mb = colonnade_proto::Minibatch {
+        seed: 302,
+        alpha: B_ALPHA,
+        ..a_mb.clone()
+    };
+    // Every call's dot products are below the row step cap, so no row of
+    // A (its own and a share of B's pending) nor of B is scaled.
+    let per_call = (negative + 1) * a.items.len();
+    assert!(
+        per_call + per_call.div_ceil(OTHERS_SHARE as usize) <= ROW_STEP_CAP as usize,
+        "{per_call} dot products a call: the cap would bite"
+    );
+    let d = DIM as usize;
+    let all = 0..d;
+
+    let mut start = Reference::initial(p.seed, rows);
+    for (w, _) in &warm {
+        let s = cbow_steps(&start, w, WARM_ALPHA, sampler, negative);
+        apply_cbow(&mut start, w, &s, |i| s[i].2, all.clone());
+    }
+    let sa = cbow_steps(&start, &a, WARM_ALPHA, sampler, negative);
+    let sb = cbow_steps(&start, &b, B_ALPHA, sampler, negative);
+    let mut after_a = start.clone();
+    apply_cbow(&mut after_a, &a, &sa, |i| sa[i].2, all.clone());
+    let mut stale = after_a.clone();
+    apply_cbow(&mut stale, &b, &sb, |i| sb[i].2, all.clone());
+
+    let counts = vocab.counts_only();
+    for shards in [1usize, 2] {
+        let split = column_split(shards);
+        let mut want = after_a.clone();
+        for cols in &split {
+            let scale = d as f64 / cols.len() as f64;
+            let weight = |i: usize| {
+                let (q, x, g) = sb[i];
+                let drift = (cbow_dot(&after_a, &b, q, x, cols.clone())
+                    - cbow_dot(&start, &b, q, x, cols.clone()))
+                    * scale;
+                // Each position's steps: its positive, then its negatives.
+                refreshed(g, B_ALPHA, i.is_multiple_of(negative + 1), drift)
+            };
+            apply_cbow(&mut want, &b, &sb, weight, cols.clone());
+        }
+        let scale = norm_scale(&want.u).max(norm_scale(&want.v));
+        let tol = 2e-3 * scale.max(1e-3);
+        let (spawned, fp, first) = model_on_grpc(shards, &counts, &p).await;
+        let weights = applied_weights;
+        let (mut pa, mut pb, mut pw) = (first.pipeline(), first.pipeline(), first.pipeline());
+        let mut dots = Vec::new();
+        for (_, warm_mb) in &warm {
+            let warm_call = [warm_mb.clone()];
+            pw.dotprod(&warm_call, &mut dots).await.expect("dotprod");
+            let w = weights(&dots, warm_mb.examples());
+            pw.adjust(&warm_call, &w).await.expect("adjust");
+        }
+        let (ca, cb) = ([a_mb.clone()], [b_mb.clone()]);
+        let (mut da, mut db) = (Vec::new(), Vec::new());
+        pa.dotprod(&ca, &mut da).await.expect("dotprod A");
+        pb.dotprod(&cb, &mut db).await.expect("dotprod B");
+        let wa = weights(&da, a_mb.examples());
+        pa.adjust(&ca, &wa).await.expect("adjust A");
+        let wb = weights(&db, b_mb.examples());
+        pb.adjust(&cb, &wb).await.expect("adjust B");
+        assert_rows(
+            &spawned,
+            (fp, rows),
+            &want,
+            (&stale, 10.0),
+            tol,
+            "B stepped by its stale weights: the CBOW call was not refreshed",
         );
     }
 }

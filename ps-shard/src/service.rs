@@ -9,7 +9,7 @@ use crate::model::{Model, Scratch};
 use crate::plan::Plan;
 use crate::plan_cache::{CallKey, PlanCache};
 use crate::registry::ShardCore;
-use crate::stale::REFRESH_FROM_CALLS;
+use crate::stale::refresh_from_calls;
 use colonnade_common::model::ShardSpec;
 use colonnade_proto::v1::shard_server::Shard;
 use colonnade_proto::v1::{
@@ -317,8 +317,9 @@ impl Shard for ShardService {
                 model.plan(&b.minibatches[..minibatches.len()], &mut plan)?;
                 model.dotprod(&plan, &mut b.scratch, &mut b.dots)?;
                 let dots = encode_f32(&b.dots);
-                // A crowded shard refreshes the call's weights at its adjust.
-                if cache.waiting_calls() + 1 >= REFRESH_FROM_CALLS {
+                // A crowded shard (for CBOW, one where another call waits)
+                // refreshes the call's weights at its adjust.
+                if cache.waiting_calls() + 1 >= refresh_from_calls(plan.objective) {
                     plan.keep_dots(&mut b.dots);
                 }
                 // Pending on their rows until the adjust (or the plan's drop).

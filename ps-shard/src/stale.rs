@@ -14,7 +14,8 @@
 //! (staleness-aware asynchronous SGD, Zhang et al. 2016, counted per row:
 //! docs/design.md, "Staleness across calls in flight"). A call alone, or
 //! one whose rows no other call touches, steps exactly as before. On a
-//! crowded shard ([`REFRESH_FROM_CALLS`]) a call's weights are refreshed for
+//! crowded shard ([`REFRESH_FROM_CALLS`]; for CBOW as soon as another call
+//! waits, [`CBOW_REFRESH_FROM_CALLS`]) a call's weights are refreshed for
 //! its rows' drift instead ([`crate::loops::Refresh`]), and it steps by its
 //! own dot products only.
 //!
@@ -26,6 +27,7 @@
     reason = "the counters are a zeroed u32 allocation viewed as atomics"
 )]
 
+use colonnade_common::model::Objective;
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 
 /// Per row of each matrix: dot products pending on it.
@@ -111,6 +113,28 @@ pub const OTHERS_SHARE: u64 = 4;
 /// per pair, so it is not paid where the steps of a few calls in flight are
 /// bounded well enough by the counts.
 pub const REFRESH_FROM_CALLS: usize = 8;
+
+/// [`REFRESH_FROM_CALLS`] for CBOW's calls: 2, so that a CBOW call refreshes
+/// its weights whenever another call waits for its adjust on the shard. A
+/// CBOW dot product reads the mean of up to 2·window context rows, and the
+/// calls in flight move all of them: with the counts alone, CBOW at alpha
+/// 0.05, sample 1e-3, over 2 processes at the default 16 minibatches in
+/// flight diverged in 3 seeds of 3, and a per-call cap or fuller counts
+/// either still diverged or lost 2.6–4.5 analogy points; refreshed from 2
+/// calls it trained 0.76 points above gensim in all 3 seeds, at 1.05× the
+/// CPU per word (skip-gram would pay 1.18× for no measured gain, so it keeps
+/// 8; docs/benchmarks.md, "CBOW refreshes from 2 calls").
+pub const CBOW_REFRESH_FROM_CALLS: usize = 2;
+
+/// Calls waiting (the new one's included) from which a call of `objective`
+/// is refreshed at its adjust.
+pub fn refresh_from_calls(objective: Objective) -> usize {
+    if objective.is_cbow() {
+        CBOW_REFRESH_FROM_CALLS
+    } else {
+        REFRESH_FROM_CALLS
+    }
+}
 
 /// `n` atomics at zero, from a zeroed allocation.
 fn zeroed(n: usize) -> Box<[AtomicU32]> {

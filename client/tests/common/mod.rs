@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 use colonnade_client::cluster::Cluster;
+use colonnade_client::grpc::GrpcShards;
 use colonnade_client::stream::Source;
 use colonnade_client::train::{train, NoCheckpoints, Progress, TrainParams, TrainSummary};
 use colonnade_common::model::{place_columns, ModelSpec, Objective};
@@ -71,6 +72,37 @@ pub fn spec_of(counts: &VocabCounts, p: &TrainParams) -> ModelSpec {
         init_seed: p.seed,
         objective: p.objective,
     }
+}
+
+/// `n` gRPC shards with the model of `p` over `counts` created on them: the
+/// shards, the model's fingerprint and the first worker's pipelines.
+pub async fn model_on_grpc(
+    n: usize,
+    counts: &Arc<VocabCounts>,
+    p: &TrainParams,
+) -> (Vec<SpawnedShard>, u64, GrpcShards) {
+    let (spawned, mut cluster) = grpc_cluster(n).await;
+    let fp = cluster
+        .create(
+            spec_of(counts, p),
+            Arc::clone(counts),
+            Duration::from_secs(5),
+        )
+        .await
+        .expect("create model");
+    let pipes = cluster
+        .pipelines(0, Duration::from_secs(30))
+        .expect("pipelines");
+    (spawned, fp, pipes)
+}
+
+/// The weights a worker sends for a call's dot products `dots` (wire order,
+/// its `examples` positives first).
+pub fn applied_weights(dots: &[f32], examples: usize) -> Vec<f32> {
+    dots.iter()
+        .enumerate()
+        .map(|(t, &f)| colonnade_common::sgns::applied_weight(f, t < examples))
+        .collect()
 }
 
 /// `n` shards serving gRPC on loopback, and a cluster connected to them.
