@@ -299,7 +299,7 @@ fn apply_cbow(
 }
 
 /// CBOW refreshes as soon as another call waits (`CBOW_REFRESH_FROM_CALLS`,
-/// 2): after a warm-up call alone, dotprod A, dotprod B, adjust A, adjust B,
+/// 2): after 20 warm-up calls alone, dotprod A, dotprod B, adjust A, adjust B,
 /// where B trains A's positions (other negatives). A found no call waiting
 /// and steps from its weights; B found A waiting, so its adjust refreshes
 /// each weight for the drift A's adjust gave h·v(x) (per shard, times d ÷
@@ -335,12 +335,31 @@ async fn cbow_refreshes_its_weights_when_another_call_waits() {
         alpha: B_ALPHA,
         ..a_mb.clone()
     };
-    // Every call's dot products are below the row step cap, so no row of
-    // A (its own and a share of B's pending) nor of B is scaled.
+    // No row of A (its own dot products and a share of B's pending) nor of
+    // B takes more than the row step cap, so none is scaled: per row, a
+    // context entry counts its share of its position's 1 + negative dot
+    // products, an output row at most every dot product of the call.
+    let load = |c: &Pending| {
+        let mut k = vec![0usize; rows];
+        for (_, contexts) in &c.items {
+            for &w in contexts {
+                k[w as usize] += (negative + 1).div_ceil(contexts.len());
+            }
+        }
+        k
+    };
+    let (ka, kb) = (load(&a), load(&b));
+    let most_u = ka
+        .iter()
+        .zip(&kb)
+        .map(|(x, y)| x + y.div_ceil(OTHERS_SHARE as usize))
+        .max()
+        .unwrap_or(0);
     let per_call = (negative + 1) * a.items.len();
+    let most = most_u.max(per_call + per_call.div_ceil(OTHERS_SHARE as usize));
     assert!(
-        per_call + per_call.div_ceil(OTHERS_SHARE as usize) <= ROW_STEP_CAP as usize,
-        "{per_call} dot products a call: the cap would bite"
+        most <= ROW_STEP_CAP as usize,
+        "a row takes {most} dot products: the cap would bite"
     );
     let d = DIM as usize;
     let all = 0..d;
