@@ -868,21 +868,17 @@ async fn calls_in_flight_scale_each_row_by_the_dot_products_pending_on_it() {
     for shards in [1, 2] {
         let (spawned, fp, mut first) = crate::common::model_on_grpc(shards, &counts, &p).await;
         let mut second = first.pipeline();
-        let weights = crate::common::applied_weights;
         let (mut dots, mut dots_b) = (Vec::new(), Vec::new());
-        let warm_call = [warm_mb.clone()];
-        first.dotprod(&warm_call, &mut dots).await.expect("dotprod");
-        let w = weights(&dots, warm_mb.examples());
-        first.adjust(&warm_call, &w).await.expect("adjust");
+        crate::common::call_alone(&mut first, std::slice::from_ref(&warm_mb)).await;
         let (call_a, call_b) = ([a_mb.clone()], [b_mb.clone()]);
         first.dotprod(&call_a, &mut dots).await.expect("dotprod A");
         second
             .dotprod(&call_b, &mut dots_b)
             .await
             .expect("dotprod B");
-        let w = weights(&dots, a_mb.examples());
+        let w = crate::common::applied_weights(&dots, a_mb.examples());
         first.adjust(&call_a, &w).await.expect("adjust A");
-        let w = weights(&dots_b, b_mb.examples());
+        let w = crate::common::applied_weights(&dots_b, b_mb.examples());
         second.adjust(&call_b, &w).await.expect("adjust B");
 
         assert_rows(

@@ -8,7 +8,7 @@
 //! with its own refresh (f64, the exact sigmoid), on 1 and 2 shards; and
 //! CBOW's calls, which refresh as soon as another call waits.
 
-use crate::common::{applied_weights, model_on_grpc, DIM};
+use crate::common::{applied_weights, call_alone, model_on_grpc, DIM};
 use crate::reference::{
     assert_rows, call_steps, cap_scale, deal_negatives, head_heavy, loads, norm_scale, random_call,
     sigmoid, Pending, Reference,
@@ -175,17 +175,8 @@ async fn a_crowded_shard_refreshes_weights_for_the_drift_of_their_rows() {
         let scale = norm_scale(&want.u).max(norm_scale(&want.v));
         let tol = 2e-3 * scale.max(1e-3);
         let (spawned, fp, first) = model_on_grpc(shards, &counts, p).await;
-        let weights = applied_weights;
         let mut pipes: Vec<_> = calls.iter().map(|_| first.pipeline()).collect();
-        let mut warm_pipe = first.pipeline();
-        let mut dots = Vec::new();
-        let warm_call = [warm_mb.clone()];
-        warm_pipe
-            .dotprod(&warm_call, &mut dots)
-            .await
-            .expect("dotprod");
-        let w = weights(&dots, warm_mb.examples());
-        warm_pipe.adjust(&warm_call, &w).await.expect("adjust");
+        call_alone(&mut first.pipeline(), std::slice::from_ref(&warm_mb)).await;
         let mut all_dots = Vec::new();
         for (pipe, (_, mb)) in pipes.iter_mut().zip(&calls) {
             let mut dots = Vec::new();
@@ -195,7 +186,7 @@ async fn a_crowded_shard_refreshes_weights_for_the_drift_of_their_rows() {
             all_dots.push(dots);
         }
         for ((pipe, (_, mb)), dots) in pipes.iter_mut().zip(&calls).zip(&all_dots) {
-            let w = weights(dots, mb.examples());
+            let w = applied_weights(dots, mb.examples());
             pipe.adjust(std::slice::from_ref(mb), &w)
                 .await
                 .expect("adjust");
@@ -395,22 +386,17 @@ async fn cbow_refreshes_its_weights_when_another_call_waits() {
         let scale = norm_scale(&want.u).max(norm_scale(&want.v));
         let tol = 2e-3 * scale.max(1e-3);
         let (spawned, fp, first) = model_on_grpc(shards, &counts, &p).await;
-        let weights = applied_weights;
         let (mut pa, mut pb, mut pw) = (first.pipeline(), first.pipeline(), first.pipeline());
-        let mut dots = Vec::new();
         for (_, warm_mb) in &warm {
-            let warm_call = [warm_mb.clone()];
-            pw.dotprod(&warm_call, &mut dots).await.expect("dotprod");
-            let w = weights(&dots, warm_mb.examples());
-            pw.adjust(&warm_call, &w).await.expect("adjust");
+            call_alone(&mut pw, std::slice::from_ref(warm_mb)).await;
         }
         let (ca, cb) = ([a_mb.clone()], [b_mb.clone()]);
         let (mut da, mut db) = (Vec::new(), Vec::new());
         pa.dotprod(&ca, &mut da).await.expect("dotprod A");
         pb.dotprod(&cb, &mut db).await.expect("dotprod B");
-        let wa = weights(&da, a_mb.examples());
+        let wa = applied_weights(&da, a_mb.examples());
         pa.adjust(&ca, &wa).await.expect("adjust A");
-        let wb = weights(&db, b_mb.examples());
+        let wb = applied_weights(&db, b_mb.examples());
         pb.adjust(&cb, &wb).await.expect("adjust B");
         assert_rows(
             &spawned,

@@ -105,6 +105,16 @@ pub fn applied_weights(dots: &[f32], examples: usize) -> Vec<f32> {
         .collect()
 }
 
+/// The call `mbs` alone on `pipe`: its dotprod, then its adjust with the
+/// weights a worker sends for those dot products.
+pub async fn call_alone<S: ModelShards>(pipe: &mut S, mbs: &[colonnade_proto::Minibatch]) {
+    let mut dots = Vec::new();
+    pipe.dotprod(mbs, &mut dots).await.expect("dotprod");
+    let examples = mbs.iter().map(colonnade_proto::Minibatch::examples).sum();
+    let w = applied_weights(&dots, examples);
+    pipe.adjust(mbs, &w).await.expect("adjust");
+}
+
 /// `n` shards serving gRPC on loopback, and a cluster connected to them.
 pub async fn grpc_cluster(n: usize) -> (Vec<SpawnedShard>, Cluster) {
     let mut spawned = Vec::new();
