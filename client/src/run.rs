@@ -4,7 +4,9 @@
 //! or in process), then export and write the summary.
 
 use crate::checkpointer::GrpcCheckpointer;
-use crate::cli::train::{check_outputs, minibatches_per_call, validate, TrainArgs};
+use crate::cli::train::{
+    check_outputs, in_flight, minibatches_per_call, validate, InFlightBudget, TrainArgs,
+};
 use crate::cluster::{recoverable, Begin, Cluster, Session, Worker};
 use crate::identity::RunRecord;
 use crate::interrupt::{Interrupted, Interrupts};
@@ -131,6 +133,14 @@ pub async fn run_train_with(
     );
     let in_process = embedded.as_ref().filter(|_| !args.embedded_grpc);
     let params = train_params(&args, threads, in_process.is_some());
+    if in_process.is_none() {
+        let (calls, per_call) = (params.concurrency, params.minibatches_per_call);
+        tracing::info!(
+            "{calls} calls in flight of {per_call} minibatches each: {} minibatches in flight \
+             from this worker (--in-flight and --minibatches-per-call)",
+            calls * per_call
+        );
+    }
     if let Some(addr) = args.metrics_listen {
         colonnade_setup::metrics::serve(addr).map_err(anyhow::Error::msg)?;
     }
@@ -370,7 +380,8 @@ fn model_spec(vocab: &VocabCounts, args: &TrainArgs) -> ModelSpec {
 
 /// The training parameters of `args`, with `threads` training threads.
 fn train_params(args: &TrainArgs, threads: usize, in_process: bool) -> TrainParams {
-    let calls = threads * crate::cli::train::in_flight(args.in_flight, threads, args.num_workers);
+    let budget = InFlightBudget::of(args.cbow);
+    let calls = threads * in_flight(args.in_flight, threads, args.num_workers, budget);
     TrainParams {
         window: args.window,
         negative: args.negative,
@@ -383,7 +394,7 @@ fn train_params(args: &TrainArgs, threads: usize, in_process: bool) -> TrainPara
         minibatches_per_call: if in_process {
             1
         } else {
-            minibatches_per_call(args.minibatches_per_call, calls, args.num_workers)
+            minibatches_per_call(args.minibatches_per_call, calls, args.num_workers, budget)
         },
         minibatch: args.minibatch,
         seed: args.seed,

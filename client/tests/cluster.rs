@@ -513,20 +513,7 @@ async fn shard_of_another_api_version_is_refused() {
         format!("{},{old}", spawned[0].endpoint()),
         dir.path().join("v.h5"),
     );
-    let out = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(env!("CARGO_BIN_EXE_colonnade"))
-            .arg("train")
-            .arg("--corpus")
-            .arg(&corpus)
-            .args(["--min-count", "2", "--size", "8", "--iter", "1"])
-            .args(["--shards", &shards])
-            .arg("--output")
-            .arg(&output)
-            .output()
-    })
-    .await
-    .expect("join")
-    .expect("run colonnade train");
+    let out = train_cli(&corpus, &shards, vec!["--output".into(), output.into()]).await;
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{err}");
     let want = format!(
@@ -539,4 +526,72 @@ async fn shard_of_another_api_version_is_refused() {
     for s in spawned {
         s.stop().await;
     }
+}
+
+/// The worker's default calls in flight over gRPC, as it reports them:
+/// skip-gram keeps 4 calls of 4 per thread (32 minibatches at 2 threads),
+/// CBOW 8 minibatches in all (2 calls of 4), the most measured to train 5
+/// epochs at word2vec's CBOW defaults without diverging; a given
+/// `--in-flight` is kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_worker_keeps_cbow_at_8_minibatches_in_flight_by_default() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let corpus = sample_corpus(dir.path(), 3_000);
+    let (spawned, _) = cluster(2).await;
+    let shards = spawned
+        .iter()
+        .map(|s| s.endpoint())
+        .collect::<Vec<_>>()
+        .join(",");
+    for (flags, want) in [
+        (
+            &["--threads", "2"][..],
+            "8 calls in flight of 4 minibatches each: 32 minibatches",
+        ),
+        (
+            &["--cbow", "--threads", "2"][..],
+            "2 calls in flight of 4 minibatches each: 8 minibatches",
+        ),
+        (
+            &["--cbow", "--threads", "2", "--in-flight", "3"][..],
+            "6 calls in flight of 1 minibatches each: 6 minibatches",
+        ),
+        (
+            &["--cbow", "--threads", "8"][..],
+            "8 calls in flight of 1 minibatches each: 8 minibatches",
+        ),
+    ] {
+        let mut args: Vec<std::ffi::OsString> = vec!["--restart".into()];
+        args.extend(flags.iter().map(Into::into));
+        let out = train_cli(&corpus, &shards, args).await;
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{flags:?}: {err}");
+        assert!(err.contains(want), "{flags:?}: want {want:?} in\n{err}");
+    }
+    for s in spawned {
+        s.stop().await;
+    }
+}
+
+/// `colonnade train` on `corpus` (d 8, 1 epoch) against `shards`, with
+/// `args` after the common flags.
+async fn train_cli(
+    corpus: &std::path::Path,
+    shards: &str,
+    args: Vec<std::ffi::OsString>,
+) -> std::process::Output {
+    let (corpus, shards) = (corpus.to_owned(), shards.to_owned());
+    tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_colonnade"))
+            .arg("train")
+            .arg("--corpus")
+            .arg(&corpus)
+            .args(["--min-count", "2", "--size", "8", "--iter", "1"])
+            .args(["--shards", &shards])
+            .args(&args)
+            .output()
+    })
+    .await
+    .expect("join")
+    .expect("run colonnade train")
 }

@@ -1,7 +1,8 @@
 //! The flags of `colonnade train` ([`TrainArgs`], with [`GraphArgs`] for
 //! graphs) and the checks that need nothing but the flags: ranges
 //! ([`validate`]), the files it will write ([`check_outputs`]), and the
-//! default of `--minibatches-per-call` ([`minibatches_per_call`]).
+//! defaults of `--in-flight` and `--minibatches-per-call` ([`in_flight`],
+//! [`minibatches_per_call`], by objective: [`InFlightBudget`]).
 
 use crate::flags::{InvalidUtf8Arg, INVALID_UTF8_HELP};
 use anyhow::bail;
@@ -154,7 +155,9 @@ pub struct TrainArgs {
     /// hide the round trips to the shards. Default: 4, or fewer (not below
     /// 2) when all --num-workers workers' threads at 4 minibatches per call
     /// would pass 256 minibatches in flight (docs/benchmarks.md, "Calls in
-    /// flight across a network").
+    /// flight across a network"); with --cbow, as many (at least 1) as keep
+    /// them at 8 (docs/benchmarks.md, "CBOW's calls in flight over
+    /// processes").
     #[arg(long, help_heading = "Shards and workers", env = "COLONNADE_IN_FLIGHT", value_parser = clap::value_parser!(u32).range(1..=64))]
     pub in_flight: Option<u32>,
     /// Minibatches per call (shards reached over gRPC): sent in one dotprod
@@ -163,7 +166,7 @@ pub struct TrainArgs {
     /// worker: threads × --in-flight × this. Default: the most (up to 4)
     /// that keeps all --num-workers workers together at or under 256 in
     /// flight, up to which quality holds (docs/benchmarks.md, "Quality
-    /// against minibatches in flight").
+    /// against minibatches in flight"); with --cbow, at or under 8.
     #[arg(long, help_heading = "Shards and workers", env = "COLONNADE_MINIBATCHES_PER_CALL", value_parser = clap::value_parser!(u32).range(1..=256))]
     pub minibatches_per_call: Option<u32>,
     /// Input words per minibatch.
@@ -540,49 +543,100 @@ pub fn check_outputs(args: &TrainArgs) -> anyhow::Result<()> {
 /// it.
 pub const MAX_SAFE_IN_FLIGHT: u64 = 256;
 
+/// [`MAX_SAFE_IN_FLIGHT`] for CBOW: 8. CBOW at word2vec's defaults (alpha
+/// 0.05, sample 1e-3) for 5 epochs over 2 `ps-shard` processes diverged in
+/// 2 seeds of 3 at 32 in flight (8 calls of 4) and trained within 0.2
+/// analogy points of gensim in 3 of 3 at 8 (2 calls of 4), which was also
+/// the faster (docs/benchmarks.md, "CBOW's calls in flight over
+/// processes"). A CBOW dot product reads the mean of up to 2·window
+/// context rows, which every minibatch in flight moves, and one epoch's
+/// decaying rate hid it (256 in flight trained above gensim in 1 epoch).
+pub const MAX_SAFE_CBOW_IN_FLIGHT: u64 = 8;
+
 /// The most minibatches per call the default of --minibatches-per-call
 /// gives, and the count the default of --in-flight plans each call with.
 const MOST_MINIBATCHES_PER_CALL: u64 = 4;
 
-/// `--in-flight`: as given, else 4 calls per thread, or as many (at least 2)
-/// as keep the `workers` workers' `threads` threads each at or under
-/// [`MAX_SAFE_IN_FLIGHT`] minibatches in flight with 4 per call. Across a
-/// network a thread with 2 calls in flight waits for round trips (4 trained
-/// 1.3-1.9x the words/s of 2 at 0.5-5 ms one way); on one host 4 cost the
-/// same CPU per token as 2, and 8 cost 23% more (the shards' refresh of
-/// crowded calls). Many workers already keep the shards busy: their threads
-/// keep 2, and their calls their 4 minibatches.
-pub fn in_flight(given: Option<u32>, threads: usize, workers: u64) -> usize {
+/// What the defaults of `--in-flight` and `--minibatches-per-call` keep all
+/// workers of a model at or under, by objective.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InFlightBudget {
+    /// Minibatches in flight across all workers.
+    pub most: u64,
+    /// The fewest calls a thread keeps in flight by default.
+    pub least_calls: u64,
+}
+
+impl InFlightBudget {
+    /// Skip-gram: [`MAX_SAFE_IN_FLIGHT`], at least 2 calls per thread (a
+    /// thread with one call waits for every round trip); CBOW:
+    /// [`MAX_SAFE_CBOW_IN_FLIGHT`], one call per thread where it must.
+    pub fn of(cbow: bool) -> Self {
+        if cbow {
+            Self {
+                most: MAX_SAFE_CBOW_IN_FLIGHT,
+                least_calls: 1,
+            }
+        } else {
+            Self {
+                most: MAX_SAFE_IN_FLIGHT,
+                least_calls: 2,
+            }
+        }
+    }
+}
+
+/// `--in-flight`: as given, else 4 calls per thread, or as many (at least
+/// `budget.least_calls`) as keep the `workers` workers' `threads` threads
+/// each at or under `budget.most` minibatches in flight with 4 per call.
+/// Across a network a thread with 2 calls in flight waits for round trips
+/// (4 trained 1.3-1.9x the words/s of 2 at 0.5-5 ms one way); on one host 4
+/// cost the same CPU per token as 2, and 8 cost 23% more (the shards'
+/// refresh of crowded calls). Many workers already keep the shards busy:
+/// their threads keep 2, and their calls their 4 minibatches. CBOW's
+/// budget gives one call per thread ([`MAX_SAFE_CBOW_IN_FLIGHT`]).
+pub fn in_flight(
+    given: Option<u32>,
+    threads: usize,
+    workers: u64,
+    budget: InFlightBudget,
+) -> usize {
     match given {
         Some(n) => n as usize,
         None => {
             let per_thread = (threads as u64).max(1) * workers.max(1) * MOST_MINIBATCHES_PER_CALL;
-            let calls = MAX_SAFE_IN_FLIGHT / per_thread;
-            calls.clamp(2, 4) as usize
+            let calls = budget.most / per_thread;
+            calls.clamp(budget.least_calls, 4) as usize
         }
     }
 }
 
 /// `--minibatches-per-call`: as given, else the most up to 4 that keeps the
-/// `workers` workers' `calls` calls each at or under [`MAX_SAFE_IN_FLIGHT`]
+/// `workers` workers' `calls` calls each at or under `budget.most`
 /// minibatches in flight (at least 1). Warns when the total exceeds it.
-pub fn minibatches_per_call(given: Option<u32>, calls: usize, workers: u64) -> usize {
+pub fn minibatches_per_call(
+    given: Option<u32>,
+    calls: usize,
+    workers: u64,
+    budget: InFlightBudget,
+) -> usize {
     let calls_total = (calls as u64).max(1) * workers.max(1);
     let per_call = match given {
         Some(n) => u64::from(n),
-        None => (MAX_SAFE_IN_FLIGHT / calls_total).clamp(1, MOST_MINIBATCHES_PER_CALL),
+        None => (budget.most / calls_total).clamp(1, MOST_MINIBATCHES_PER_CALL),
     };
     let in_flight = per_call * calls_total;
-    if in_flight > MAX_SAFE_IN_FLIGHT {
+    let most = budget.most;
+    if in_flight > most {
         tracing::warn!(
             in_flight,
             workers,
             minibatches_per_call = per_call,
             "{in_flight} minibatches in flight across the workers (threads x --in-flight x \
-             --minibatches-per-call x --num-workers), more than the {MAX_SAFE_IN_FLIGHT} measured \
-             to train as well as 16 (on part 01, 1,024 trained within 0.3 analogy points of 16 \
-             in 3 seeds, but without the margin); lower --in-flight, --threads or \
-             --minibatches-per-call if it diverges"
+             --minibatches-per-call x --num-workers), more than the {most} measured to train \
+             as well as fewer (skip-gram: 256, 1,024 within 0.3 analogy points of 16 but \
+             without the margin; CBOW: 8, 32 diverged at alpha 0.05 over 5 epochs); lower \
+             --in-flight, --threads or --minibatches-per-call if it diverges"
         );
     }
     per_call as usize
@@ -590,30 +644,35 @@ pub fn minibatches_per_call(given: Option<u32>, calls: usize, workers: u64) -> u
 
 #[cfg(test)]
 mod tests {
-    use super::{in_flight, minibatches_per_call};
+    use super::{in_flight, minibatches_per_call, InFlightBudget};
+
+    const SG: InFlightBudget = InFlightBudget {
+        most: 256,
+        least_calls: 2,
+    };
 
     #[test]
     fn default_in_flight_is_4_until_the_workers_would_pass_256_in_flight() {
         assert_eq!(
-            in_flight(None, 2, 1),
+            in_flight(None, 2, 1, SG),
             4,
             "one worker, 2 threads: 32 in flight"
         );
-        assert_eq!(in_flight(None, 16, 1), 4, "16 threads: 256");
-        assert_eq!(in_flight(None, 2, 8), 4, "8 workers x 2 threads: 256");
+        assert_eq!(in_flight(None, 16, 1, SG), 4, "16 threads: 256");
+        assert_eq!(in_flight(None, 2, 8, SG), 4, "8 workers x 2 threads: 256");
         assert_eq!(
-            in_flight(None, 2, 16),
+            in_flight(None, 2, 16, SG),
             2,
             "16 workers: 2 keeps 4 per call at 256"
         );
         assert_eq!(
-            in_flight(None, 2, 12),
+            in_flight(None, 2, 12, SG),
             2,
             "256 / 96 = 2.67: 3 would pass 256"
         );
-        assert_eq!(in_flight(None, 2, 64), 2, "never below 2");
-        assert_eq!(in_flight(Some(1), 2, 1), 1, "a given value is kept");
-        assert_eq!(in_flight(Some(8), 2, 64), 8);
+        assert_eq!(in_flight(None, 2, 64, SG), 2, "never below 2");
+        assert_eq!(in_flight(Some(1), 2, 1, SG), 1, "a given value is kept");
+        assert_eq!(in_flight(Some(8), 2, 64, SG), 8);
         // Together with the minibatches per call: 256 in flight or fewer.
         for (threads, workers, per) in [
             (1, 1, 4),
@@ -623,8 +682,8 @@ mod tests {
             (16, 1, 4),
             (8, 8, 2),
         ] {
-            let calls = threads * in_flight(None, threads, workers);
-            let per_call = minibatches_per_call(None, calls, workers);
+            let calls = threads * in_flight(None, threads, workers, SG);
+            let per_call = minibatches_per_call(None, calls, workers, SG);
             assert!(
                 (calls * per_call) as u64 * workers <= 256,
                 "{threads} threads, {workers} workers"
@@ -636,21 +695,47 @@ mod tests {
     #[test]
     fn default_minibatches_per_call_keeps_the_cluster_at_256_in_flight() {
         // 2 threads × 2 in flight = 4 calls per worker.
-        assert_eq!(minibatches_per_call(None, 4, 1), 4);
+        assert_eq!(minibatches_per_call(None, 4, 1, SG), 4);
         assert_eq!(
-            minibatches_per_call(None, 4, 16),
+            minibatches_per_call(None, 4, 16, SG),
             4,
             "16 workers: 256 in flight"
         );
-        assert_eq!(minibatches_per_call(None, 4, 32), 2);
-        assert_eq!(minibatches_per_call(None, 4, 64), 1);
-        assert_eq!(minibatches_per_call(None, 4, 256), 1, "never below one");
-        assert_eq!(minibatches_per_call(None, 1, 1), 4, "never above four");
-        assert_eq!(minibatches_per_call(None, 96, 1), 2, "256 / 96 = 2");
+        assert_eq!(minibatches_per_call(None, 4, 32, SG), 2);
+        assert_eq!(minibatches_per_call(None, 4, 64, SG), 1);
+        assert_eq!(minibatches_per_call(None, 4, 256, SG), 1, "never below one");
+        assert_eq!(minibatches_per_call(None, 1, 1, SG), 4, "never above four");
+        assert_eq!(minibatches_per_call(None, 96, 1, SG), 2, "256 / 96 = 2");
         assert_eq!(
-            minibatches_per_call(Some(8), 4, 4),
+            minibatches_per_call(Some(8), 4, 4, SG),
             8,
             "a given value is kept"
         );
+    }
+
+    #[test]
+    fn cbow_defaults_keep_the_workers_at_8_in_flight_with_one_call_per_thread_at_least() {
+        let cbow = InFlightBudget::of(true);
+        assert_eq!(InFlightBudget::of(false), SG);
+        // (threads, workers) -> (calls per thread, minibatches per call)
+        for (threads, workers, calls, per) in [
+            (1, 1, 2, 4),
+            (2, 1, 1, 4),
+            (4, 1, 1, 2),
+            (8, 1, 1, 1),
+            (16, 1, 1, 1),
+            (2, 8, 1, 1),
+        ] {
+            let c = in_flight(None, threads, workers, cbow);
+            let p = minibatches_per_call(None, threads * c, workers, cbow);
+            assert_eq!((c, p), (calls, per), "{threads} threads, {workers} workers");
+            let total = (threads * c * p) as u64 * workers;
+            assert!(
+                total <= 8 || p == 1 && c == 1,
+                "{threads} threads, {workers} workers: {total} in flight"
+            );
+        }
+        assert_eq!(in_flight(Some(4), 2, 1, cbow), 4, "a given value is kept");
+        assert_eq!(minibatches_per_call(Some(4), 8, 1, cbow), 4);
     }
 }
