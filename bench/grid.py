@@ -30,6 +30,7 @@ Usage (from the repository, after `cargo build --release` and scripts/setup.sh):
     .venv/bin/python bench/grid.py --json bench/results/grid-part01.json      # the whole grid, resumable
     .venv/bin/python bench/grid.py --max-tokens 2000000 --seeds 1 --objectives sg --alphas 0.025 \\
         --threads 2 --epochs 1 --samples 1e-4 --json /tmp/grid-smoke.json    # a quick check of the script
+    .venv/bin/python bench/grid.py --status --json bench/results/grid-part01.json   # the grid as it stands
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ import datetime as _dt
 import itertools
 import json
 import os
+import re
 import shlex
 import statistics
 import subprocess
@@ -97,6 +99,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--colonnade-args", default="",
                    help="extra flags for both Colonnade trainers, one string (give the variant its own --label)")
     p.add_argument("--report-only", action="store_true", help="train nothing: the report of what --json holds")
+    p.add_argument("--status", action="store_true",
+                   help="train nothing: every cell --json holds, each trainer's runs from the newest build "
+                        "(commit) that ran it, with the builds named")
     p.add_argument("--reference-label", default=None,
                    help="report gensim's and the embedded mode's runs of this earlier label where this one "
                         "has none (e.g. a variant run with --trainers processes)")
@@ -216,12 +221,45 @@ def report(data: dict, corpus: str, commit: str, reference: str | None = None) -
     for cell, runs in by_cell.items():
         for trainer, rs in earlier.get(cell, {}).items():
             runs.setdefault(trainer, rs)
+    return table(by_cell)
+
+
+def status(data: dict, corpus: str) -> str:
+    """The grid as it stands: per cell and trainer, the runs of the newest
+    build that ran it (builds named by a commit, not the labels of
+    experiments), and which builds those are."""
+    newest: dict[tuple[str, str], tuple[str, str]] = {}
+    for run in data["runs"].values():
+        if run["corpus"] != corpus or not re.fullmatch(r"[0-9a-f]{7,40}", run["commit"]):
+            continue
+        key = (run["cell"], run["trainer"])
+        if key not in newest or run["date"] > newest[key][0]:
+            newest[key] = (run["date"], run["commit"])
+    by_cell: dict[str, dict[str, list[dict]]] = {}
+    for run in data["runs"].values():
+        key = (run["cell"], run["trainer"])
+        if run["corpus"] == corpus and key in newest and run["commit"] == newest[key][1]:
+            by_cell.setdefault(run["cell"], {}).setdefault(run["trainer"], []).append(run)
+    builds = {cell: "/".join(newest.get((cell, t), ("", "–"))[1] for t in TRAINERS) for cell in by_cell}
+    return table(by_cell, builds)
+
+
+def cell_order(cell: str) -> tuple:
+    """Epochs, objective, sample, threads, alpha: the issue's grid order."""
+    objective, alpha, threads, epochs, sample = cell.split()
+    return (int(epochs[1:]), objective, -float(sample[1:]), int(threads[1:]), float(alpha[1:]))
+
+
+def table(by_cell: dict[str, dict[str, list[dict]]], builds: dict[str, str] | None = None) -> str:
+    """The markdown table of `by_cell`'s runs (cell -> trainer -> runs), with
+    a column of the builds that ran each cell when `builds` is given."""
     metrics = (("analogy_accuracy", 100, ANALOGY_POINTS), ("ws353_spearman", 1, RHO),
                ("simlex_spearman", 1, RHO), ("men_spearman", 1, RHO))
     out = ["| cell | seeds | gensim analogy % | embedded − gensim | processes − gensim | "
-           "ρ WS / SimLex / MEN, embedded − gensim | ρ, processes − gensim | bar |",
-           "|---|---:|---:|---:|---:|---|---|---|"]
-    for cell in sorted(by_cell):
+           "ρ WS / SimLex / MEN, embedded − gensim | ρ, processes − gensim | bar |"
+           + (" builds (gensim/embedded/processes) |" if builds else ""),
+           "|---|---:|---:|---:|---:|---|---|---|" + ("---|" if builds else "")]
+    for cell in sorted(by_cell, key=cell_order):
         runs = by_cell[cell]
         med = {}
         for trainer, rs in runs.items():
@@ -252,7 +290,8 @@ def report(data: dict, corpus: str, commit: str, reference: str | None = None) -
         proc_r = " / ".join(diff("processes", m, RHO, "+.3f") for m, _, _ in metrics[1:])
         seeds = min(t["n"] for t in med.values())
         bar = "met" if not misses else "missed: " + ", ".join(dict.fromkeys(misses))
-        out.append(f"| {cell} | {seeds} | {g['analogy_accuracy']:.2f} | {emb_a} | {proc_a} | {emb_r} | {proc_r} | {bar} |")
+        out.append(f"| {cell} | {seeds} | {g['analogy_accuracy']:.2f} | {emb_a} | {proc_a} | {emb_r} | {proc_r} | {bar} |"
+                   + (f" {builds[cell]} |" if builds else ""))
     return "\n".join(out)
 
 
@@ -264,6 +303,9 @@ def main(argv: list[str]) -> int:
     data = load(json_path)
     commit = a.label or build_label()
     corpus = f"{a.corpus.name}" + (f"[:{a.max_tokens}]" if a.max_tokens else "")
+    if a.status:
+        print(status(data, corpus))
+        return 0
     if a.report_only:
         tokens = next((r["tokens"] for r in data["runs"].values() if r["corpus"] == corpus), 0)
     else:

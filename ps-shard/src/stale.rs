@@ -118,14 +118,15 @@ pub const REFRESH_FROM_CALLS: usize = 8;
 /// its weights whenever another call waits for its adjust on the shard. A
 /// CBOW dot product reads the mean of up to 2·window context rows, and the
 /// calls in flight move all of them: with the counts alone, CBOW at alpha
-/// 0.05, sample 1e-3, over 2 processes at the default 16 minibatches in
-/// flight diverged in 3 seeds of 3, and a per-call cap or fuller counts
+/// 0.05, sample 1e-3, over 2 processes at the then default 32 minibatches
+/// in flight diverged in 3 seeds of 3, and a per-call cap or fuller counts
 /// either still diverged or lost 2.6–4.5 analogy points; refreshed from 2
 /// calls it trained 0.80 points above gensim in all 3 seeds, at 1.05–1.08×
 /// the CPU per word (skip-gram would pay 1.18× for no measured gain, so it
 /// keeps 8; docs/benchmarks.md, "CBOW refreshes from 2 calls"). Not enough
-/// for 5 epochs at that setting: 16 in flight still diverged there in 2
-/// seeds of 3, 8 did not.
+/// for 5 epochs at that setting: 32 in flight still diverged there in 2
+/// seeds of 3, 8 did not, so the worker keeps CBOW at 8 by default
+/// (`MAX_SAFE_CBOW_IN_FLIGHT` in the client).
 pub const CBOW_REFRESH_FROM_CALLS: usize = 2;
 
 /// Calls waiting (the new one's included) from which a call of `objective`
