@@ -546,19 +546,19 @@ async fn the_worker_keeps_cbow_at_8_minibatches_in_flight_by_default() {
     for (flags, want) in [
         (
             &["--threads", "2"][..],
-            "8 calls in flight of 4 minibatches each: 32 minibatches",
+            "8 calls in flight, 4 minibatches per call: 32 minibatches",
         ),
         (
             &["--cbow", "--threads", "2"][..],
-            "2 calls in flight of 4 minibatches each: 8 minibatches",
+            "2 calls in flight, 4 minibatches per call: 8 minibatches",
         ),
         (
             &["--cbow", "--threads", "2", "--in-flight", "3"][..],
-            "6 calls in flight of 1 minibatches each: 6 minibatches",
+            "6 calls in flight, 1 minibatches per call: 6 minibatches",
         ),
         (
             &["--cbow", "--threads", "8"][..],
-            "8 calls in flight of 1 minibatches each: 8 minibatches",
+            "8 calls in flight, 1 minibatches per call: 8 minibatches",
         ),
     ] {
         let mut args: Vec<std::ffi::OsString> = vec!["--restart".into()];

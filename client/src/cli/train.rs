@@ -545,10 +545,11 @@ pub const MAX_SAFE_IN_FLIGHT: u64 = 256;
 
 /// [`MAX_SAFE_IN_FLIGHT`] for CBOW: 8. CBOW at word2vec's defaults (alpha
 /// 0.05, sample 1e-3) for 5 epochs over 2 `ps-shard` processes diverged in
-/// 2 seeds of 3 at 32 in flight (8 calls of 4) and trained within 0.2
-/// analogy points of gensim in 3 of 3 at 8 (2 calls of 4), which was also
-/// the faster (docs/benchmarks.md, "CBOW's calls in flight over
-/// processes"). A CBOW dot product reads the mean of up to 2·window
+/// 2 seeds of 3 at 32 in flight (8 calls of 4), and at 8 threads in 2 of 2;
+/// at 8 (2 calls of 4; 8 threads, 8 calls of 1) it trained in every seed,
+/// within 0.3 analogy points of gensim's median (docs/benchmarks.md,
+/// "CBOW's calls in flight over processes"). At 2 threads it is also the
+/// cheaper (0.95x the CPU); at 8, calls of one minibatch cost 1.4x. A CBOW dot product reads the mean of up to 2·window
 /// context rows, which every minibatch in flight moves, and one epoch's
 /// decaying rate hid it (256 in flight trained above gensim in 1 epoch).
 pub const MAX_SAFE_CBOW_IN_FLIGHT: u64 = 8;
