@@ -136,8 +136,8 @@ pub async fn run_train_with(
     if in_process.is_none() {
         let (calls, per_call) = (params.concurrency, params.minibatches_per_call);
         tracing::info!(
-            "{calls} calls in flight, {per_call} minibatches per call: {} minibatches in flight \
-             from this worker (--in-flight and --minibatches-per-call)",
+            "minibatches in flight from this worker: {} ({calls} calls x {per_call} per call; \
+             --in-flight and --minibatches-per-call)",
             calls * per_call
         );
     }

@@ -546,19 +546,19 @@ async fn the_worker_keeps_cbow_at_8_minibatches_in_flight_by_default() {
     for (flags, want) in [
         (
             &["--threads", "2"][..],
-            "8 calls in flight, 4 minibatches per call: 32 minibatches",
+            "minibatches in flight from this worker: 32 (8 calls x 4 per call",
         ),
         (
             &["--cbow", "--threads", "2"][..],
-            "2 calls in flight, 4 minibatches per call: 8 minibatches",
+            "minibatches in flight from this worker: 8 (2 calls x 4 per call",
         ),
         (
             &["--cbow", "--threads", "2", "--in-flight", "3"][..],
-            "6 calls in flight, 1 minibatches per call: 6 minibatches",
+            "minibatches in flight from this worker: 6 (6 calls x 1 per call",
         ),
         (
             &["--cbow", "--threads", "8"][..],
-            "8 calls in flight, 1 minibatches per call: 8 minibatches",
+            "minibatches in flight from this worker: 8 (8 calls x 1 per call",
         ),
     ] {
         let mut args: Vec<std::ffi::OsString> = vec!["--restart".into()];
