@@ -18,7 +18,8 @@ struct Args {
     /// deployments do) is a decision for whoever runs the shard.
     #[arg(long, env = "COLONNADE_LISTEN", default_value = "127.0.0.1:50051")]
     listen: SocketAddr,
-    /// Worker threads for dotprod/adjust (default: available cores).
+    /// Training calls (dotprod/adjust) computed at once (default: available
+    /// cores); the runtime has one thread more, for I/O and health.
     #[arg(long, env = "COLONNADE_SHARD_THREADS")]
     threads: Option<usize>,
     /// Memory budget of all models on this shard together (matrices,
@@ -118,7 +119,12 @@ fn main() -> std::process::ExitCode {
     colonnade_setup::env::unset_empty_env();
     let args = Args::parse();
     colonnade_setup::log::init(args.log.log_format);
+    // Training calls run on the runtime thread that received them
+    // (`service::ShardService::inline`), at most one per compute permit: one
+    // thread more than the permits keeps one serving I/O and health while
+    // every permit computes.
     let result = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(compute_threads(args.threads) + 1)
         .enable_all()
         .build()
         .context("cannot start the async runtime")
@@ -126,10 +132,15 @@ fn main() -> std::process::ExitCode {
     colonnade_setup::env::exit_code(result)
 }
 
+/// `--threads`, or the machine's processors.
+fn compute_threads(given: Option<usize>) -> usize {
+    given
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, std::num::NonZero::get))
+        .max(1)
+}
+
 async fn run(args: Args) -> anyhow::Result<()> {
-    let threads = args
-        .threads
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, std::num::NonZero::get));
+    let threads = compute_threads(args.threads);
     let max_model_bytes = args.max_model_bytes.unwrap_or_else(default_budget);
     let handshake = positive_secs("--handshake-timeout-secs", args.handshake_timeout_secs)?;
     let request_stall = positive_secs("--request-stall-secs", args.request_stall_secs)?;

@@ -195,8 +195,8 @@ const PROBE_EVERY: Duration = Duration::from_secs(2);
 pub const PROBE_STALL: Duration = Duration::from_secs(10);
 
 /// Keeps the Shard service's health true: NOT_SERVING while the data dir
-/// loads, and whenever a probe (an empty job through the same permits and
-/// blocking threads as every training call) waits longer than
+/// loads, and whenever a probe (an empty job through the same permits as
+/// every training call) waits longer than
 /// `stall`: the shard accepts connections but cannot answer calls.
 /// SERVING again once a probe gets through. Stops once `stopping` is set.
 async fn watch_compute(

@@ -1,6 +1,6 @@
 //! The tonic adapter: decodes requests, runs the CPU work of [`crate::model`]
-//! on blocking threads (never on the async reactor, at most `threads` at
-//! once), and maps [`ShardError`]s to gRPC codes. Panics in handlers become
+//! (training calls on the runtime thread that received them, the rest on
+//! blocking threads; at most `threads` at once), and maps [`ShardError`]s to gRPC codes. Panics in handlers become
 //! `Internal`. It pairs each `dotprod` with the `adjust` of the same call:
 //! the plan a `dotprod` drew waits in a [`crate::plan_cache::PlanCache`] for it.
 
@@ -93,10 +93,10 @@ impl ShardService {
         &self.core
     }
 
-    /// A probe of the compute path: each call waits for a compute permit
-    /// and runs an empty job on a blocking thread, as every training call
-    /// does, and answers whether it got through (false once the shard shuts
-    /// down). See `server::watch_compute`.
+    /// A probe of the compute path: each call waits for a compute permit,
+    /// as every training call does, and runs an empty job on a blocking
+    /// thread, as the other heavy calls do, and answers whether it got
+    /// through (false once the shard shuts down). See `server::watch_compute`.
     pub fn probe(
         &self,
     ) -> impl Fn() -> Pin<Box<dyn Future<Output = bool> + Send>> + Send + 'static {
@@ -112,17 +112,43 @@ impl ShardService {
         }
     }
 
+    /// A compute permit (refused once the shard shuts down).
+    async fn permit(&self) -> Result<tokio::sync::OwnedSemaphorePermit, Status> {
+        Arc::clone(&self.permits)
+            .acquire_owned()
+            .await
+            .map_err(|_| Status::unavailable("shard is shutting down"))
+    }
+
     async fn blocking<T: Send + 'static>(
         &self,
         f: impl FnOnce(&mut ThreadBufs) -> Result<T, ShardError> + Send + 'static,
     ) -> Result<T, Status> {
-        let _permit = Arc::clone(&self.permits)
-            .acquire_owned()
-            .await
-            .map_err(|_| Status::unavailable("shard is shutting down"))?;
+        let _permit = self.permit().await?;
         tokio::task::spawn_blocking(move || BUFS.with(|b| f(&mut b.borrow_mut())))
             .await
             .map_err(|e| Status::internal(format!("shard handler failed: {e}")))?
+            .map_err(Status::from)
+    }
+
+    /// A training call's work (`dotprod`, `adjust`), run on the runtime
+    /// thread that received it once a compute permit is free. A call is
+    /// bounded by `--max-call-work` and takes about a millisecond at the
+    /// defaults; handing it to a blocking thread and back (a wake-up and a
+    /// futex each way, the request's bytes read on another core) cost 4
+    /// shards and their worker about 10 % of their CPU (docs/benchmarks.md,
+    /// "A shard's calls on its own threads"). `ps-shard` runs one runtime
+    /// thread more than its permits, so one is free for I/O and health while
+    /// every permit computes. A panic in `f` becomes `Internal`, as on a
+    /// blocking thread.
+    async fn inline<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut ThreadBufs) -> Result<T, ShardError> + Send + 'static,
+    ) -> Result<T, Status> {
+        let _permit = self.permit().await?;
+        let run = std::panic::AssertUnwindSafe(|| BUFS.with(|b| f(&mut b.borrow_mut())));
+        std::panic::catch_unwind(run)
+            .map_err(|_| Status::internal("shard handler failed: it panicked"))?
             .map_err(Status::from)
     }
 
@@ -311,7 +337,7 @@ impl Shard for ShardService {
         Self::check_count(minibatches.len())?;
         let (core, cache) = (Arc::clone(&self.core), Arc::clone(&self.plans));
         let dots = self
-            .blocking(move |b| {
+            .inline(move |b| {
                 let (model, key) = decode_call(&core, &minibatches, b)?;
                 let mut plan = cache.fresh();
                 model.plan(&b.minibatches[..minibatches.len()], &mut plan)?;
@@ -348,7 +374,7 @@ impl Shard for ShardService {
             (None, None) => 0,
         };
         let (core, cache) = (Arc::clone(&self.core), Arc::clone(&self.plans));
-        self.blocking(move |b| {
+        self.inline(move |b| {
             let (model, mut plan) = if minibatches.is_empty() {
                 let c = call.ok_or_else(|| {
                     ShardError::InvalidArgument(
