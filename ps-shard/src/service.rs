@@ -1,8 +1,9 @@
 //! The tonic adapter: decodes requests, runs the CPU work of [`crate::model`]
 //! (training calls on the runtime thread that received them, the rest on
-//! blocking threads; at most `threads` at once), and maps [`ShardError`]s to gRPC codes. Panics in handlers become
-//! `Internal`. It pairs each `dotprod` with the `adjust` of the same call:
-//! the plan a `dotprod` drew waits in a [`crate::plan_cache::PlanCache`] for it.
+//! blocking threads; at most `threads` at once), and maps [`ShardError`]s
+//! to gRPC codes. Panics in handlers become `Internal`. It pairs each
+//! `dotprod` with the `adjust` of the same call: the plan a `dotprod` drew
+//! waits in a [`crate::plan_cache::PlanCache`] for it.
 
 use crate::checkpoints::{Arrival, Arrived};
 use crate::model::{Model, Scratch};
