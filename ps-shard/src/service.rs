@@ -61,6 +61,12 @@ thread_local! {
     static BUFS: RefCell<ThreadBufs> = RefCell::new(ThreadBufs::default());
 }
 
+/// `f` with this thread's buffers: the one way a call's work reaches them,
+/// on a blocking thread or inline.
+fn with_bufs<T>(f: impl FnOnce(&mut ThreadBufs) -> T) -> T {
+    BUFS.with(|b| f(&mut b.borrow_mut()))
+}
+
 /// Most minibatches one training call may carry.
 pub const MAX_MINIBATCHES_PER_CALL: usize = 256;
 
@@ -126,7 +132,7 @@ impl ShardService {
         f: impl FnOnce(&mut ThreadBufs) -> Result<T, ShardError> + Send + 'static,
     ) -> Result<T, Status> {
         let _permit = self.permit().await?;
-        tokio::task::spawn_blocking(move || BUFS.with(|b| f(&mut b.borrow_mut())))
+        tokio::task::spawn_blocking(move || with_bufs(f))
             .await
             .map_err(|e| Status::internal(format!("shard handler failed: {e}")))?
             .map_err(Status::from)
@@ -142,13 +148,12 @@ impl ShardService {
     /// thread more than its permits, so one is free for I/O and health while
     /// every permit computes. A panic in `f` becomes `Internal`, as on a
     /// blocking thread.
-    async fn inline<T: Send + 'static>(
+    async fn inline<T>(
         &self,
-        f: impl FnOnce(&mut ThreadBufs) -> Result<T, ShardError> + Send + 'static,
+        f: impl FnOnce(&mut ThreadBufs) -> Result<T, ShardError> + Send,
     ) -> Result<T, Status> {
         let _permit = self.permit().await?;
-        let run = std::panic::AssertUnwindSafe(|| BUFS.with(|b| f(&mut b.borrow_mut())));
-        std::panic::catch_unwind(run)
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| with_bufs(f)))
             .map_err(|_| Status::internal("shard handler failed: it panicked"))?
             .map_err(Status::from)
     }

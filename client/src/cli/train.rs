@@ -549,8 +549,8 @@ pub const MAX_SAFE_IN_FLIGHT: u64 = 256;
 /// at 8 (2 calls of 4; 8 threads, 8 calls of 1) it trained in every seed,
 /// within 0.3 analogy points of gensim's median (docs/benchmarks.md,
 /// "CBOW's calls in flight over processes"). At 2 threads it is also the
-/// cheaper (0.95x the CPU); at 8, calls of one minibatch cost 1.4x. A CBOW dot product reads the mean of up to 2·window
-/// context rows, which every minibatch in flight moves, and one epoch's
+/// cheaper (0.95x the CPU); at 8, calls of one minibatch cost 1.4x. A CBOW
+/// dot product reads the mean of up to 2·window context rows, which every minibatch in flight moves, and one epoch's
 /// decaying rate hid it (256 in flight trained above gensim in 1 epoch).
 pub const MAX_SAFE_CBOW_IN_FLIGHT: u64 = 8;
 
