@@ -151,6 +151,27 @@ pub fn decode_f16_scaled_into(
     alpha: f32,
     out: &mut Vec<f32>,
 ) -> Result<(), WireLengthError> {
+    out.clear();
+    out.reserve(raw.len() / 2);
+    decode_f16_blocks(field, raw, |block| {
+        if alpha == 1.0 {
+            out.extend_from_slice(block);
+        } else {
+            out.extend(block.iter().map(|&x| x * alpha));
+        }
+    })
+}
+
+/// Unpacks little-endian half floats a block at a time (F16C where the CPU
+/// has it), handing `each` the values of every block in order as f32s, so
+/// that a caller that transforms them (the shard's weights: times each dot
+/// product's α, checked) writes its result once, with no array of the
+/// unpacked values between. Names `field` if the length is odd.
+pub fn decode_f16_blocks(
+    field: &'static str,
+    raw: &[u8],
+    mut each: impl FnMut(&[f32]),
+) -> Result<(), WireLengthError> {
     if !raw.len().is_multiple_of(2) {
         return Err(WireLengthError {
             field,
@@ -159,19 +180,17 @@ pub fn decode_f16_scaled_into(
             kind: "f16",
         });
     }
-    out.clear();
-    out.resize(raw.len() / 2, 0.0);
     let mut block = [half::f16::ZERO; F16_BLOCK];
-    for (bytes, dst) in raw.chunks(2 * F16_BLOCK).zip(out.chunks_mut(F16_BLOCK)) {
-        let block = &mut block[..dst.len()];
+    let mut values = [0.0f32; F16_BLOCK];
+    for bytes in raw.chunks(2 * F16_BLOCK) {
+        let n = bytes.len() / 2;
+        let (block, values) = (&mut block[..n], &mut values[..n]);
         bytemuck::cast_slice_mut::<half::f16, u8>(block).copy_from_slice(bytes);
         for h in block.iter_mut() {
             *h = half::f16::from_bits(u16::from_le(h.to_bits()));
         }
-        block.convert_to_f32_slice(dst);
-    }
-    if alpha != 1.0 {
-        out.iter_mut().for_each(|x| *x *= alpha);
+        block.convert_to_f32_slice(values);
+        each(values);
     }
     Ok(())
 }

@@ -388,6 +388,14 @@ impl Plan {
     /// then merged with the positives sorted by row.
     fn group(&mut self, sampler: &NegativeSampler, negative: usize) {
         let examples = self.positives.len();
+        if self.shared {
+            // The targets go where the last call's targets were, so that
+            // [`Plan::spread`] gets back the buffers of the last call's dot
+            // products, still at their length, and writes over them instead
+            // of zeroing them first.
+            std::mem::swap(&mut self.plan, &mut self.targets);
+            std::mem::swap(&mut self.alphas, &mut self.target_alphas);
+        }
         self.keys.clear();
         self.keys.extend(
             self.positives
@@ -446,12 +454,18 @@ impl Plan {
         std::mem::swap(&mut self.alphas, &mut self.target_alphas);
         self.dots = pairs * self.per_pair;
         // Written in place into a plan sized for every dot product, not
-        // pushed: `columns/plan/25` 175 → 166 µs (the bench's medians).
-        self.plan.clear();
+        // pushed: `columns/plan/25` 175 → 166 µs (the bench's medians). The
+        // buffers are the last call's dot products' (see `group`): resizing
+        // them zeroes only what this call has beyond the last one's, where
+        // zeroing the whole of both was a few percent of a shard's CPU.
+        // Every entry below `at` and every α the targets' wire indices cover
+        // is written below; the α of any the targets did not cover (should
+        // the sample have yielded fewer negatives) are zeroed.
         self.plan.resize(self.dots, (0, 0));
         self.groups.clear();
-        self.alphas.clear();
         self.alphas.resize(self.dots, 0.0);
+        let covered = (at as usize).min(self.dots);
+        self.alphas[covered..].fill(0.0);
         let (mut start, mut at) = (0, 0);
         for &(row, end) in &self.target_groups {
             for &(k, p) in &self.targets[start..end as usize] {
