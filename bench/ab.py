@@ -17,8 +17,9 @@ Everything after `--` is passed to `colonnade train`; `--summary` and
 `--output` are added per run (under --work). With `--shard-processes N`, each
 run starts N `ps-shard --threads 1` processes of its own binary directory
 (a worker refuses shards of another API version) and adds `--shards`; the
-run then also records each shard's CPU seconds and peak RSS. Run nothing
-else heavy meanwhile.
+run then also records each shard's CPU seconds and peak RSS, and the
+ratio of the whole cluster's CPU (worker and shards: `total_cpu_a_over_b`;
+`cpu_a_over_b` is the worker's alone). Run nothing else heavy meanwhile.
 """
 
 from __future__ import annotations
@@ -94,10 +95,17 @@ def main() -> int:
         pair = {"a": a, "b": b, "words_per_second_a_over_b": a["words_per_second"] / b["words_per_second"],
                 "wall_a_over_b": a["wall_seconds"] / b["wall_seconds"],
                 "cpu_a_over_b": a["cpu_seconds"] / b["cpu_seconds"]}
+        if args.shard_processes:
+            # The whole cluster's CPU: the worker's and every shard's.
+            total = {side: r["cpu_seconds"] + sum(s["cpu_seconds"] or 0.0 for s in r["shards"])
+                     for side, r in (("a", a), ("b", b))}
+            pair["total_cpu_a_over_b"] = total["a"] / total["b"]
         report["pairs"].append(pair)
         c.log(f"pair {i}: words/s A/B {pair['words_per_second_a_over_b']:.3f}, wall A/B {pair['wall_a_over_b']:.3f}")
     med = {k: statistics.median(pr[k] for pr in report["pairs"])
            for k in ("words_per_second_a_over_b", "wall_a_over_b", "cpu_a_over_b")}
+    if args.shard_processes:
+        med["total_cpu_a_over_b"] = statistics.median(pr["total_cpu_a_over_b"] for pr in report["pairs"])
     for side in ("a", "b"):
         med[f"words_per_second_{side}"] = statistics.median(pr[side]["words_per_second"] for pr in report["pairs"])
         med[f"peak_rss_mb_{side}"] = statistics.median(pr[side]["peak_rss_mb"] for pr in report["pairs"])

@@ -249,7 +249,7 @@ fn weights_of(raw: &[u8], plan: &Plan, weights: &mut Vec<f32>) -> Result<(), Sha
     weights.reserve(plan.len());
     let mut outside = None;
     let within = |g: f32| g.abs() <= 1.0; // false for NaN too
-    decode_f16_scaled_blocks(raw, |block| {
+    decode_f16_blocks("scaled_weights", raw, |block| {
         let at = weights.len();
         let alphas = plan.alphas.get(at..).unwrap_or_default();
         weights.extend(block.iter().zip(alphas).map(|(&g, &a)| a * g));
@@ -257,18 +257,14 @@ fn weights_of(raw: &[u8], plan: &Plan, weights: &mut Vec<f32>) -> Result<(), Sha
             let i = block.iter().position(|&g| !within(g)).unwrap_or_default();
             outside = Some((at + i, block[i]));
         }
-    })?;
+    })
+    .map_err(ShardError::from)?;
     if let Some((i, g)) = outside {
         return Err(ShardError::InvalidArgument(format!(
             "field `scaled_weights`: weight {i} is {g}, outside [-1, 1] (1 − σ(F) or −σ(F))"
         )));
     }
     Ok(())
-}
-
-/// [`decode_f16_blocks`] of the `scaled_weights` field.
-fn decode_f16_scaled_blocks(raw: &[u8], each: impl FnMut(&[f32])) -> Result<(), ShardError> {
-    decode_f16_blocks("scaled_weights", raw, each).map_err(ShardError::from)
 }
 
 type RowStream = Pin<Box<dyn Stream<Item = Result<RowBlock, Status>> + Send>>;
