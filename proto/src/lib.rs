@@ -143,25 +143,6 @@ pub fn encode_f16(values: &[f32]) -> bytes::Bytes {
 /// Values converted between f16 and f32 at a time.
 const F16_BLOCK: usize = 256;
 
-/// Unpacks little-endian half floats into `out` (cleared first) as
-/// `alpha × value`, naming `field` if the length is odd.
-pub fn decode_f16_scaled_into(
-    field: &'static str,
-    raw: &[u8],
-    alpha: f32,
-    out: &mut Vec<f32>,
-) -> Result<(), WireLengthError> {
-    out.clear();
-    out.reserve(raw.len() / 2);
-    decode_f16_blocks(field, raw, |block| {
-        if alpha == 1.0 {
-            out.extend_from_slice(block);
-        } else {
-            out.extend(block.iter().map(|&x| x * alpha));
-        }
-    })
-}
-
 /// Unpacks little-endian half floats a block at a time (F16C where the CPU
 /// has it), handing `each` the values of every block in order as f32s, so
 /// that a caller that transforms them (the shard's weights: times each dot
@@ -214,19 +195,26 @@ mod tests {
         assert!(err.to_string().contains("`inputs`"), "{err}");
     }
 
+    /// Every value of `raw` times `alpha`, through [`decode_f16_blocks`].
+    fn decode_f16_scaled(raw: &[u8], alpha: f32) -> Result<Vec<f32>, WireLengthError> {
+        let mut out = Vec::new();
+        decode_f16_blocks("w", raw, |block| {
+            out.extend(block.iter().map(|&x| alpha * x))
+        })?;
+        Ok(out)
+    }
+
     #[test]
     fn half_weights_roundtrip_exactly_once_rounded() {
         let scaled: Vec<f32> = [0.999, -0.5, -1e-6, 0.0, 0.3333, -0.99997]
             .iter()
             .map(|&x| colonnade_common::sgns::wire_scaled_weight(x))
             .collect();
-        let mut back = Vec::new();
-        decode_f16_scaled_into("w", &encode_f16(&scaled), 0.025, &mut back).expect("decodes");
+        let back = decode_f16_scaled(&encode_f16(&scaled), 0.025).expect("decodes");
         let want: Vec<f32> = scaled.iter().map(|&x| 0.025 * x).collect();
         assert_eq!(back, want, "α × the rounded value, bit for bit");
         assert!((scaled[4] - 0.3333).abs() < 2e-4, "11 significant bits");
-        assert!(decode_f16_scaled_into("w", &[1, 2, 3], 1.0, &mut back)
-            .is_err_and(|e| e.to_string().contains("`w`")));
+        assert!(decode_f16_scaled(&[1, 2, 3], 1.0).is_err_and(|e| e.to_string().contains("`w`")));
     }
 
     #[test]
@@ -237,8 +225,7 @@ mod tests {
         assert_eq!(&encode_f32(&[1.0])[..], &[0x00, 0x00, 0x80, 0x3f]);
         // More values than one conversion block, and not a multiple of it.
         let many: Vec<f32> = (0..1000).map(|i| (i as f32 - 500.0) / 512.0).collect();
-        let mut back = Vec::new();
-        decode_f16_scaled_into("w", &encode_f16(&many), 1.0, &mut back).expect("decodes");
+        let back = decode_f16_scaled(&encode_f16(&many), 1.0).expect("decodes");
         assert_eq!(back, many, "values of 9 significant bits are exact in f16");
         let mut f = vec![9.0];
         decode_f32_into("d", &encode_f32(&many), &mut f).expect("decodes");

@@ -679,9 +679,18 @@ impl Plan {
     /// order, as they travel), into `out`: each times its α in the plan;
     /// `seen` sees every scaled weight on the way (the caller's checks,
     /// in the same pass).
-    pub fn weights(&self, scaled: &[f32], out: &mut Vec<f32>, mut seen: impl FnMut(f32)) {
+    pub fn weights(&self, scaled: &[f32], out: &mut Vec<f32>, seen: impl FnMut(f32)) {
         out.clear();
-        out.extend(scaled.iter().zip(&self.alphas).map(|(&g, &a)| {
+        self.extend_weights(scaled, out, seen);
+    }
+
+    /// [`Plan::weights`] a block at a time: the weights of the scaled
+    /// weights `scaled` that follow the `out.len()` already in `out`,
+    /// appended to it (the shard's service unpacks the wire's half floats a
+    /// block at a time into this, with no array of them between).
+    pub fn extend_weights(&self, scaled: &[f32], out: &mut Vec<f32>, mut seen: impl FnMut(f32)) {
+        let alphas = self.alphas.get(out.len()..).unwrap_or_default();
+        out.extend(scaled.iter().zip(alphas).map(|(&g, &a)| {
             seen(g);
             a * g
         }));

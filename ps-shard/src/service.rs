@@ -247,16 +247,15 @@ fn weights_of(raw: &[u8], plan: &Plan, weights: &mut Vec<f32>) -> Result<(), Sha
     }
     weights.clear();
     weights.reserve(plan.len());
-    let mut outside = None;
+    let (mut at, mut outside) = (0, None);
     let within = |g: f32| g.abs() <= 1.0; // false for NaN too
     decode_f16_blocks("scaled_weights", raw, |block| {
-        let at = weights.len();
-        let alphas = plan.alphas.get(at..).unwrap_or_default();
-        weights.extend(block.iter().zip(alphas).map(|(&g, &a)| a * g));
-        if outside.is_none() && !block.iter().all(|&g| within(g)) {
-            let i = block.iter().position(|&g| !within(g)).unwrap_or_default();
-            outside = Some((at + i, block[i]));
-        }
+        plan.extend_weights(block, weights, |g| {
+            if outside.is_none() && !within(g) {
+                outside = Some((at, g));
+            }
+            at += 1;
+        });
     })
     .map_err(ShardError::from)?;
     if let Some((i, g)) = outside {
