@@ -24,7 +24,13 @@ differ:
 - `c-window`: the same, the `negative` negatives drawn once per window and
   used by every pair of it (Ji et al.): still w·(1 + n) dot products, each
   pair its own, but 1 + n output rows per window instead of w·(1 + n), and n
-  draws instead of w·n. Subsampling,
+  draws instead of w·n;
+- `c-window-deferred`, `c-pair-deferred`: `c-window` and `c-pair` as one of
+  Colonnade's minibatches defers a window (issue 44): every dot product of
+  the window from its rows as the window found them, every row's steps
+  summed and applied at the window's end, where word2vec and gensim update
+  each output row at once and each context row after its own pair.
+Subsampling,
 the shrunk window, the unigram^0.75 table and the linear rate schedule are
 word2vec's. Evaluation: the same as every bench script (analogies restricted
 to the 30K most frequent words, WS-353).
@@ -35,6 +41,8 @@ Needs numba in .venv (not a project dependency): .venv/bin/pip install numba
     .venv/bin/python bench/shared_negatives.py --modes c-pair,c-window --seeds 1,2
     .venv/bin/python bench/shared_negatives.py --modes cbow,cbow-maxexp --seeds 1,2 --alpha 0.05 \
         --epochs 2 --init-scale 1.0     # issue 44: an independent CBOW
+    .venv/bin/python bench/shared_negatives.py --modes c-window,c-window-deferred,c-pair --seeds 1,2,3 \
+        --alpha 0.05 --sample 1e-3 --init-scale 1.0   # issue 44: what deferring a window changes
 """
 from __future__ import annotations
 
@@ -151,6 +159,55 @@ def _position_c(syn0, syn1, sen, t, lo, hi, table, negative, share, negs, alpha,
 
 
 @njit(cache=True, fastmath=True)
+def _position_c_deferred(syn0, syn1, sen, t, lo, hi, table, negative, share, negs, alpha, d0, d1):
+    """[`_position_c`] as one of Colonnade's minibatches defers it: every dot
+    product of the window from the rows as the window found them, every
+    row's steps summed and applied at the window's end (a row that is both a
+    context and a target, or twice a context, gets all its steps)."""
+    word = sen[t]
+    dim = syn0.shape[1]
+    if hi - lo - 1 <= 0:
+        return
+    for k in range(negative):
+        negs[k] = table[np.random.randint(0, table.shape[0])] if share else 0
+    d0[:, :] = 0.0
+    d1[:, :] = 0.0
+    for ci in range(hi - lo):
+        c = lo + ci
+        if c == t:
+            continue
+        ctx = sen[c]
+        for d in range(negative + 1):
+            if d == 0:
+                tgt, label = word, 1.0
+            else:
+                tgt = negs[d - 1] if share else table[np.random.randint(0, table.shape[0])]
+                label = 0.0
+                if tgt == word:
+                    continue
+            f = 0.0
+            for j in range(dim):
+                f += syn0[ctx, j] * syn1[tgt, j]
+            s = 1.0 / (1.0 + np.exp(-max(min(f, 30.0), -30.0)))
+            g = (label - s) * alpha
+            row = ci * (negative + 1) + d
+            for j in range(dim):
+                d0[ci, j] += g * syn1[tgt, j]
+                d1[row, j] += g * syn0[ctx, j]
+            negs[negative + row] = tgt
+    for ci in range(hi - lo):
+        c = lo + ci
+        if c == t:
+            continue
+        for d in range(negative + 1):
+            row = ci * (negative + 1) + d
+            if d > 0 and negs[negative + row] == word:
+                continue
+            syn1[negs[negative + row]] += d1[row]
+        syn0[sen[c]] += d0[ci]
+
+
+@njit(cache=True, fastmath=True)
 def _position_cbow(syn0, syn1, sen, t, lo, hi, table, negative, max_exp, alpha, neu, neu1):
     """CBOW as gensim's `fast_sentence_cbow_neg` (cbow_mean=1): the mean of
     the context rows against the word at t and `negative` negatives (one
@@ -194,7 +251,7 @@ def _position_cbow(syn0, syn1, sen, t, lo, hi, table, negative, max_exp, alpha, 
 
 @njit(cache=True, fastmath=True)
 def _train(corpus, keep, syn0, syn1, table, window, negative, shared_k, c_orientation, share,
-           alpha0, min_alpha, seed, epochs, cbow, max_exp):
+           alpha0, min_alpha, seed, epochs, cbow, max_exp, deferred=False):
     """Sentences, windows and the rate schedule as word2vec's; each position
     trained by [`_position`] or (`c_orientation`) [`_position_c`]."""
     np.random.seed(seed)
@@ -203,7 +260,9 @@ def _train(corpus, keep, syn0, syn1, table, window, negative, shared_k, c_orient
     sen = np.empty(1000, dtype=np.int32)
     neu = np.zeros(syn0.shape[1], dtype=np.float32)
     neu1 = np.zeros(syn0.shape[1], dtype=np.float32)
-    negs = np.empty(max(shared_k, negative, 1), dtype=np.int32)
+    negs = np.zeros(max(shared_k, negative, 1) + (2 * window + 1) * (negative + 1), dtype=np.int32)
+    d0 = np.zeros((2 * window + 1, syn0.shape[1]), dtype=np.float32)
+    d1 = np.zeros(((2 * window + 1) * (negative + 1), syn0.shape[1]), dtype=np.float32)
     done = 0
     for _ in range(epochs):
         pos = 0
@@ -214,6 +273,8 @@ def _train(corpus, keep, syn0, syn1, table, window, negative, shared_k, c_orient
                 lo, hi = _window(t, n, window)
                 if cbow:
                     _position_cbow(syn0, syn1, sen, t, lo, hi, table, negative, max_exp, alpha, neu, neu1)
+                elif deferred:
+                    _position_c_deferred(syn0, syn1, sen, t, lo, hi, table, negative, share, negs, alpha, d0, d1)
                 elif c_orientation:
                     _position_c(syn0, syn1, sen, t, lo, hi, table, negative, share, negs, alpha, neu)
                 else:
@@ -269,33 +330,42 @@ def main() -> int:
     work.mkdir(exist_ok=True)
     for seed in [int(s) for s in args.seeds.split(",")]:
         for mode in args.modes.split(","):
-            k = 0 if mode in ("pair", "c-pair", "c-window", "cbow", "cbow-maxexp") else int(mode.split("-")[1])
+            k = 0 if mode in ("pair", "c-pair", "c-window", "c-pair-deferred", "c-window-deferred", "cbow",
+                              "cbow-maxexp") else int(mode.split("-")[1])
             rng = np.random.default_rng(seed)
             syn0 = ((rng.random((len(words), args.size), dtype=np.float32) * 2 - 1) * args.init_scale
                     / args.size).astype(np.float32)
             syn1 = np.zeros((len(words), args.size), dtype=np.float32)
             t = time.time()
             _train(ids, keep, syn0, syn1, table, args.window, args.negative, k, mode.startswith("c-"),
-                   mode == "c-window", args.alpha, args.alpha * 1e-4, seed, args.epochs,
-                   mode.startswith("cbow"), mode == "cbow-maxexp")
+                   mode.startswith("c-window"), args.alpha, args.alpha * 1e-4, seed, args.epochs,
+                   mode.startswith("cbow"), mode == "cbow-maxexp", mode.endswith("-deferred"))
             secs = time.time() - t
             kv = KeyedVectors(args.size)
             kv.add_vectors(words, syn0)
             path = work / f"{mode}-{seed}.bin"
             kv.save_word2vec_format(str(path), binary=True)
             ev = evaluate(path, args.eval_dir)
+            for key, name in (("simlex", "simlex999.txt"), ("men", "EN-MEN-TR-3k.txt")):
+                _, rho, _ = kv.evaluate_word_pairs(str(args.eval_dir / name), case_insensitive=True)
+                ev[f"{key}_spearman"] = float(getattr(rho, "statistic", rho[0]))
             row = {"mode": mode, "seed": seed, "seconds": secs, "words_per_s": ids.size * args.epochs / secs,
-                   "analogy": ev["analogy_accuracy"], "ws353": ev["ws353_spearman"]}
+                   "analogy": ev["analogy_accuracy"], "ws353": ev["ws353_spearman"],
+                   "simlex": ev.get("simlex_spearman"), "men": ev.get("men_spearman")}
             rows.append(row)
             print(json.dumps(row), flush=True)
-    print("\n| mode | dot products per position | seeds | analogy % (each) | WS-353 ρ (each) |\n|---|---|---:|---|---|")
+    print("\n| mode | dot products per position | seeds | analogy % (each) | WS-353 ρ (each) | SimLex ρ (each) "
+          "| MEN ρ (each) |\n|---|---|---:|---|---|---|---|")
     for mode in args.modes.split(","):
         rs = [r for r in rows if r["mode"] == mode]
         dots = {"pair": "w·(1 + n)", "c-pair": "w·(1 + n)", "c-window": "w·(1 + n), 1 + n rows",
+                "c-pair-deferred": "w·(1 + n), deferred", "c-window-deferred": "w·(1 + n), 1 + n rows, deferred",
                 "cbow": "1 + n", "cbow-maxexp": "1 + n"}.get(
             mode, f"w + {mode.split('-')[-1]}")
         print(f"| {mode} | {dots} | {len(rs)} | " + " / ".join(f"{100 * r['analogy']:.2f}" for r in rs)
-              + " | " + " / ".join(f"{r['ws353']:.3f}" for r in rs) + " |")
+              + " | " + " / ".join(f"{r['ws353']:.3f}" for r in rs)
+              + " | " + " / ".join(f"{r['simlex']:.3f}" for r in rs)
+              + " | " + " / ".join(f"{r['men']:.3f}" for r in rs) + " |")
     out = args.out or REPO / "bench" / "results" / f"shared-negatives-{time.strftime('%Y%m%d-%H%M%S')}.json"
     out.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "rows": rows}, indent=1))
     print(f"wrote {out}")
