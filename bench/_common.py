@@ -410,6 +410,20 @@ def colonnade_version(bin_dir: Path) -> str:
 # --------------------------------------------------------------------------- evaluation
 
 
+# The similarity sets scored beside WS-353 (bench/grid.py, bench/shared_negatives.py).
+PAIR_SETS = {"simlex": "simlex999.txt", "men": "EN-MEN-TR-3k.txt"}
+
+
+def pair_rhos(kv, eval_dir: Path) -> dict:
+    """Spearman ρ of gensim KeyedVectors `kv` on each of PAIR_SETS, as
+    `<set>_spearman` (gensim's `evaluate_word_pairs`, case-insensitive)."""
+    out = {}
+    for key, name in PAIR_SETS.items():
+        _, spearman, _ = kv.evaluate_word_pairs(str(eval_dir / name), case_insensitive=True)
+        out[f"{key}_spearman"] = float(getattr(spearman, "statistic", spearman[0]))
+    return out
+
+
 def evaluate(vectors: Path, eval_dir: Path) -> dict:
     """The same evaluation for every system."""
     from gensim.models import KeyedVectors

@@ -58,6 +58,7 @@ from _common import (  # noqa: E402
     log,
     machine_info,
     make_vocab,
+    pair_rhos,
     run_child,
     run_gensim,
     set_log_name,
@@ -71,7 +72,6 @@ TRAINERS = ("gensim", "embedded", "processes")
 # Issue 44's bar: a Colonnade median at most this far below gensim's.
 ANALOGY_POINTS = 0.5
 RHO = 0.01
-PAIR_SETS = {"simlex": "simlex999.txt", "men": "EN-MEN-TR-3k.txt"}
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -177,10 +177,7 @@ def score(vectors: Path, eval_dir: Path) -> dict:
     from gensim.models import KeyedVectors
 
     e = evaluate(vectors, eval_dir)
-    kv = KeyedVectors.load_word2vec_format(str(vectors), binary=True)
-    for key, name in PAIR_SETS.items():
-        _, spearman, _ = kv.evaluate_word_pairs(str(eval_dir / name), case_insensitive=True)
-        e[f"{key}_spearman"] = float(getattr(spearman, "statistic", spearman[0]))
+    e.update(pair_rhos(KeyedVectors.load_word2vec_format(str(vectors), binary=True), eval_dir))
     return {k: e[k] for k in ("analogy_accuracy", "ws353_spearman", "simlex_spearman", "men_spearman")}
 
 

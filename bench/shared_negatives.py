@@ -159,24 +159,27 @@ def _position_c(syn0, syn1, sen, t, lo, hi, table, negative, share, negs, alpha,
 
 
 @njit(cache=True, fastmath=True)
-def _position_c_deferred(syn0, syn1, sen, t, lo, hi, table, negative, share, negs, alpha, d0, d1):
+def _position_c_deferred(syn0, syn1, sen, t, lo, hi, table, negative, share, negs, alpha, d0, d1, tgts):
     """[`_position_c`] as one of Colonnade's minibatches defers it: every dot
     product of the window from the rows as the window found them, every
     row's steps summed and applied at the window's end (a row that is both a
-    context and a target, or twice a context, gets all its steps)."""
+    context and a target, or twice a context, gets all its steps). `d0`
+    holds each context's Δu, `d1` and `tgts` each (context, target) pair's
+    Δv and output row (−1: a negative equal to the word, no step)."""
     word = sen[t]
     dim = syn0.shape[1]
     if hi - lo - 1 <= 0:
         return
-    for k in range(negative):
-        negs[k] = table[np.random.randint(0, table.shape[0])] if share else 0
+    if share:
+        for k in range(negative):
+            negs[k] = table[np.random.randint(0, table.shape[0])]
     d0[:, :] = 0.0
     d1[:, :] = 0.0
+    tgts[:] = -1
     for ci in range(hi - lo):
-        c = lo + ci
-        if c == t:
+        ctx = sen[lo + ci]
+        if lo + ci == t:
             continue
-        ctx = sen[c]
         for d in range(negative + 1):
             if d == 0:
                 tgt, label = word, 1.0
@@ -190,21 +193,17 @@ def _position_c_deferred(syn0, syn1, sen, t, lo, hi, table, negative, share, neg
                 f += syn0[ctx, j] * syn1[tgt, j]
             s = 1.0 / (1.0 + np.exp(-max(min(f, 30.0), -30.0)))
             g = (label - s) * alpha
-            row = ci * (negative + 1) + d
+            pair = ci * (negative + 1) + d
+            tgts[pair] = tgt
             for j in range(dim):
                 d0[ci, j] += g * syn1[tgt, j]
-                d1[row, j] += g * syn0[ctx, j]
-            negs[negative + row] = tgt
+                d1[pair, j] += g * syn0[ctx, j]
+    for pair in range(tgts.shape[0]):
+        if tgts[pair] >= 0:
+            syn1[tgts[pair]] += d1[pair]
     for ci in range(hi - lo):
-        c = lo + ci
-        if c == t:
-            continue
-        for d in range(negative + 1):
-            row = ci * (negative + 1) + d
-            if d > 0 and negs[negative + row] == word:
-                continue
-            syn1[negs[negative + row]] += d1[row]
-        syn0[sen[c]] += d0[ci]
+        if lo + ci != t:
+            syn0[sen[lo + ci]] += d0[ci]
 
 
 @njit(cache=True, fastmath=True)
@@ -260,9 +259,11 @@ def _train(corpus, keep, syn0, syn1, table, window, negative, shared_k, c_orient
     sen = np.empty(1000, dtype=np.int32)
     neu = np.zeros(syn0.shape[1], dtype=np.float32)
     neu1 = np.zeros(syn0.shape[1], dtype=np.float32)
-    negs = np.zeros(max(shared_k, negative, 1) + (2 * window + 1) * (negative + 1), dtype=np.int32)
+    negs = np.empty(max(shared_k, negative, 1), dtype=np.int32)
+    # The deferred window's: per context its Δu, per (context, target) pair its Δv and row.
     d0 = np.zeros((2 * window + 1, syn0.shape[1]), dtype=np.float32)
     d1 = np.zeros(((2 * window + 1) * (negative + 1), syn0.shape[1]), dtype=np.float32)
+    tgts = np.full(d1.shape[0], -1, dtype=np.int32)
     done = 0
     for _ in range(epochs):
         pos = 0
@@ -274,7 +275,8 @@ def _train(corpus, keep, syn0, syn1, table, window, negative, shared_k, c_orient
                 if cbow:
                     _position_cbow(syn0, syn1, sen, t, lo, hi, table, negative, max_exp, alpha, neu, neu1)
                 elif deferred:
-                    _position_c_deferred(syn0, syn1, sen, t, lo, hi, table, negative, share, negs, alpha, d0, d1)
+                    _position_c_deferred(syn0, syn1, sen, t, lo, hi, table, negative, share, negs, alpha, d0, d1,
+                                         tgts)
                 elif c_orientation:
                     _position_c(syn0, syn1, sen, t, lo, hi, table, negative, share, negs, alpha, neu)
                 else:
@@ -313,7 +315,7 @@ def main() -> int:
 
     import sys
     sys.path.insert(0, str(REPO / "bench"))
-    from _common import evaluate  # noqa: E402
+    from _common import evaluate, pair_rhos  # noqa: E402
     from gensim.models import KeyedVectors
 
     t0 = time.time()
@@ -345,13 +347,10 @@ def main() -> int:
             kv.add_vectors(words, syn0)
             path = work / f"{mode}-{seed}.bin"
             kv.save_word2vec_format(str(path), binary=True)
-            ev = evaluate(path, args.eval_dir)
-            for key, name in (("simlex", "simlex999.txt"), ("men", "EN-MEN-TR-3k.txt")):
-                _, rho, _ = kv.evaluate_word_pairs(str(args.eval_dir / name), case_insensitive=True)
-                ev[f"{key}_spearman"] = float(getattr(rho, "statistic", rho[0]))
+            ev = evaluate(path, args.eval_dir) | pair_rhos(kv, args.eval_dir)
             row = {"mode": mode, "seed": seed, "seconds": secs, "words_per_s": ids.size * args.epochs / secs,
                    "analogy": ev["analogy_accuracy"], "ws353": ev["ws353_spearman"],
-                   "simlex": ev.get("simlex_spearman"), "men": ev.get("men_spearman")}
+                   "simlex": ev["simlex_spearman"], "men": ev["men_spearman"]}
             rows.append(row)
             print(json.dumps(row), flush=True)
     print("\n| mode | dot products per position | seeds | analogy % (each) | WS-353 ρ (each) | SimLex ρ (each) "
