@@ -425,10 +425,14 @@ def pair_rhos(kv, eval_dir: Path) -> dict:
 
 
 def evaluate(vectors: Path, eval_dir: Path) -> dict:
-    """The same evaluation for every system."""
+    """The same evaluation for every system, of a word2vec binary file."""
     from gensim.models import KeyedVectors
 
-    kv = KeyedVectors.load_word2vec_format(str(vectors), binary=True)
+    return evaluate_kv(KeyedVectors.load_word2vec_format(str(vectors), binary=True), eval_dir)
+
+
+def evaluate_kv(kv, eval_dir: Path) -> dict:
+    """[`evaluate`] of vectors already loaded (gensim KeyedVectors `kv`)."""
     score, sections = kv.evaluate_word_analogies(
         str(eval_dir / "questions-words.txt"), restrict_vocab=30000, case_insensitive=True
     )

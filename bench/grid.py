@@ -54,7 +54,7 @@ from _common import (  # noqa: E402
     REPO,
     colonnade_version,
     decompress,
-    evaluate,
+    evaluate_kv,
     log,
     machine_info,
     make_vocab,
@@ -176,8 +176,8 @@ def score(vectors: Path, eval_dir: Path) -> dict:
     """_common.evaluate (analogies, WS-353) and SimLex-999 and MEN rho."""
     from gensim.models import KeyedVectors
 
-    e = evaluate(vectors, eval_dir)
-    e.update(pair_rhos(KeyedVectors.load_word2vec_format(str(vectors), binary=True), eval_dir))
+    kv = KeyedVectors.load_word2vec_format(str(vectors), binary=True)
+    e = evaluate_kv(kv, eval_dir) | pair_rhos(kv, eval_dir)
     return {k: e[k] for k in ("analogy_accuracy", "ws353_spearman", "simlex_spearman", "men_spearman")}
 
 

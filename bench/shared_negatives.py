@@ -315,7 +315,7 @@ def main() -> int:
 
     import sys
     sys.path.insert(0, str(REPO / "bench"))
-    from _common import evaluate, pair_rhos  # noqa: E402
+    from _common import evaluate_kv, pair_rhos  # noqa: E402
     from gensim.models import KeyedVectors
 
     t0 = time.time()
@@ -347,7 +347,7 @@ def main() -> int:
             kv.add_vectors(words, syn0)
             path = work / f"{mode}-{seed}.bin"
             kv.save_word2vec_format(str(path), binary=True)
-            ev = evaluate(path, args.eval_dir) | pair_rhos(kv, args.eval_dir)
+            ev = evaluate_kv(kv, args.eval_dir) | pair_rhos(kv, args.eval_dir)
             row = {"mode": mode, "seed": seed, "seconds": secs, "words_per_s": ids.size * args.epochs / secs,
                    "analogy": ev["analogy_accuracy"], "ws353": ev["ws353_spearman"],
                    "simlex": ev["simlex_spearman"], "men": ev["men_spearman"]}
