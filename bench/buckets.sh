@@ -7,9 +7,13 @@
 # ITER (3), THREADS (Colonnade's, 2; gensim's stay 2), SAMPLE (1e-4), SEEDS
 # ("1 2"), WORK (a new temporary directory, kept), COLONNADE_ARGS (extra
 # `colonnade train` flags, e.g. "--minibatch 64"), TAG (colonnade: the name
-# of its files in WORK), SKIP_GENSIM=1 (reuse WORK's gensim vectors).
+# of its files in WORK), SKIP_GENSIM=1 (reuse WORK's gensim vectors),
+# BIN_DIR (a directory holding a built `colonnade`, used as it is; without
+# it the script builds the release profile, which rebuilds everything when
+# the last build used other profile settings, e.g. LTO off).
 #
 #   bench/buckets.sh
+#   BIN_DIR=target/release ITER=5 bench/buckets.sh
 #   WORK=/tmp/b THREADS=1 COLONNADE_ARGS="--minibatch 16" TAG=t1 SKIP_GENSIM=1 bench/buckets.sh
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -21,8 +25,14 @@ tag=${TAG:-colonnade}
 work=${WORK:-$(mktemp -d /tmp/colonnade-buckets-XXXXXX)}
 mkdir -p "$work"
 "$repo/scripts/setup.sh"
-cargo build --release --manifest-path "$repo/Cargo.toml" --bin colonnade
-bin="$repo/target/release/colonnade"
+if [ -n "${BIN_DIR:-}" ]; then
+  bin="$BIN_DIR/colonnade"
+  [ -x "$bin" ] || { echo "buckets.sh: BIN_DIR=$BIN_DIR holds no executable colonnade" >&2; exit 2; }
+  bin="$(cd "$BIN_DIR" && pwd)/colonnade"
+else
+  cargo build --release --manifest-path "$repo/Cargo.toml" --bin colonnade
+  bin="$repo/target/release/colonnade"
+fi
 py="$repo/.venv/bin/python"
 flags=(--size 100 --window 5 --negative 5 --min-count 5 --sample "$sample" --alpha 0.025 --iter "$iter")
 [ -f "$work/corpus.txt" ] || xz -dc "$corpus" > "$work/corpus.txt"
