@@ -26,9 +26,8 @@ work=${WORK:-$(mktemp -d /tmp/colonnade-buckets-XXXXXX)}
 mkdir -p "$work"
 "$repo/scripts/setup.sh"
 if [ -n "${BIN_DIR:-}" ]; then
-  bin="$BIN_DIR/colonnade"
-  [ -x "$bin" ] || { echo "buckets.sh: BIN_DIR=$BIN_DIR holds no executable colonnade" >&2; exit 2; }
-  bin="$(cd "$BIN_DIR" && pwd)/colonnade"
+  [ -x "$BIN_DIR/colonnade" ] || { echo "buckets.sh: BIN_DIR=$BIN_DIR holds no executable colonnade" >&2; exit 2; }
+  bin="$(realpath "$BIN_DIR/colonnade")"
 else
   cargo build --release --manifest-path "$repo/Cargo.toml" --bin colonnade
   bin="$repo/target/release/colonnade"
