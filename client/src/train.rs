@@ -6,7 +6,9 @@
 //! the weights α(1−σ(F⁺)) and −ασ(F⁻) (and the loss) computed here, then
 //! `adjust` on every shard with the same seed.
 
-use crate::stream::{form_minibatches, BatchFormer, Job, Schedule, Skip, Source, StreamParams};
+use crate::stream::{
+    form_minibatches, BatchFormer, Job, Schedule, Skip, Source, Spent, StreamParams,
+};
 use anyhow::{bail, Context};
 use colonnade_common::corpus::InvalidUtf8;
 use colonnade_common::model::Objective;
@@ -383,6 +385,7 @@ pub async fn train<S: ModelShards, C: Checkpointer>(
     // Tokens of earlier sessions (a resumed run): not this session's rate.
     let tokens_before = progress.tokens.load(Relaxed);
     let (tx, rx) = async_channel::bounded::<Job>(concurrency * 2);
+    let spent = Spent::default();
     let start = Instant::now();
     progress
         .alpha_bits
@@ -397,7 +400,8 @@ pub async fn train<S: ModelShards, C: Checkpointer>(
             params.worker_index,
             schedule,
         )
-        .objective(params.objective, params.shared_negatives);
+        .objective(params.objective, params.shared_negatives)
+        .recycling(spent.clone());
         let stream = StreamParams {
             source,
             iter: params.iter,
@@ -441,6 +445,7 @@ pub async fn train<S: ModelShards, C: Checkpointer>(
             Arc::clone(&progress),
             Arc::clone(&gate),
             Arc::clone(&tracker),
+            spent.clone(),
         );
         if S::BLOCKING {
             tasks.spawn_blocking(move || futures::executor::block_on(work));
@@ -529,11 +534,12 @@ async fn pipeline<S: ModelShards>(
     progress: Arc<Progress>,
     gate: Arc<tokio::sync::RwLock<()>>,
     tracker: Arc<Tracker>,
+    spent: Spent,
 ) -> anyhow::Result<()> {
     let mut sgns = Sgns::new(shards.negative());
     loop {
         let _working = gate.read().await;
-        let Ok(job) = rx.recv().await else {
+        let Ok(mut job) = rx.recv().await else {
             return Ok(());
         };
         progress.tokens.fetch_add(job.tokens, Relaxed);
@@ -543,6 +549,7 @@ async fn pipeline<S: ModelShards>(
             sgns.step(&mut shards, mbs, &progress).await?;
         }
         tracker.complete(&job);
+        spent.give(&mut job.minibatches);
     }
 }
 

@@ -56,6 +56,13 @@ pub struct NegativeSampler {
     runs: Box<[Run]>,
     total: u64,
     words: u32,
+    /// Per stretch of 2^`shift` points, the run holding its first point:
+    /// where [`Walk`] starts its search when a step jumps runs (a call of
+    /// few examples steps over many), instead of galloping from the last
+    /// one. At least as many stretches as runs, so that a point's run is
+    /// about one past its stretch's on average.
+    guide: Box<[u32]>,
+    shift: u32,
 }
 
 impl NegativeSampler {
@@ -91,10 +98,13 @@ impl NegativeSampler {
             }
             (start, cum) = (start + len, end);
         }
+        let (guide, shift) = guide(&runs, cum);
         Ok(Self {
             runs: runs.into(),
             total: cum,
             words,
+            guide,
+            shift,
         })
     }
 
@@ -118,7 +128,7 @@ impl NegativeSampler {
 
     /// Memory held by the table.
     pub fn memory_bytes(&self) -> usize {
-        self.runs.len() * size_of::<Run>()
+        self.runs.len() * size_of::<Run>() + self.guide.len() * size_of::<u32>()
     }
 
     /// The probability of word `w`: its weight over T.
@@ -144,6 +154,8 @@ impl NegativeSampler {
         let n = n.max(1);
         Walk {
             runs: &self.runs,
+            guide: &self.guide,
+            shift: self.shift,
             run: 0,
             x: r / n,
             rem: r % n,
@@ -161,6 +173,8 @@ impl NegativeSampler {
 /// galloping over runs the step jumps.
 pub struct Walk<'a> {
     runs: &'a [Run],
+    guide: &'a [u32],
+    shift: u32,
     run: usize,
     /// The current point, and the remainder of (i·T + r) mod n.
     x: u64,
@@ -183,7 +197,13 @@ impl Iterator for Walk<'_> {
         self.left -= 1;
         let x = self.x;
         if self.runs[self.run].end <= x {
-            // Gallop to a run ending past x, then search back.
+            // Start from the guide's run for x's stretch when it is further
+            // on (it never passes x's run), then gallop to a run ending
+            // past x and search back.
+            let g = self.guide.get((x >> self.shift) as usize);
+            self.run = self.run.max(g.map_or(0, |&g| g as usize));
+        }
+        if self.runs[self.run].end <= x {
             let mut hi = 1;
             while self.run + hi < self.runs.len() && self.runs[self.run + hi].end <= x {
                 hi *= 2;
@@ -205,6 +225,25 @@ impl Iterator for Walk<'_> {
         }
         Some(word)
     }
+}
+
+/// The guide of `runs` (total weight `total`) and its shift: per stretch
+/// of 2^shift points, at least as many stretches as runs, the index of the
+/// run holding the stretch's first point.
+fn guide(runs: &[Run], total: u64) -> (Box<[u32]>, u32) {
+    let stretches = runs.len().next_power_of_two().max(1) as u64;
+    let bits = u64::BITS - total.saturating_sub(1).leading_zeros();
+    let shift = bits.saturating_sub(stretches.trailing_zeros());
+    let mut guide = Vec::with_capacity(stretches as usize);
+    let mut run = 0usize;
+    for b in 0..=(total.saturating_sub(1) >> shift) {
+        let first = b << shift;
+        while run + 1 < runs.len() && runs[run].end <= first {
+            run += 1;
+        }
+        guide.push(run as u32);
+    }
+    (guide.into(), shift)
 }
 
 /// How a call's sorted negatives are dealt to its examples (see the module
@@ -301,6 +340,30 @@ mod tests {
         check_sample(&zipf, 13, 4);
         let s = NegativeSampler::new(&zipf, 0.75).expect("valid");
         assert_eq!(s.runs(), 201, "200 distinct head counts and the tail");
+    }
+
+    /// Small samples step over many runs at a time, where the walk starts
+    /// from its guide: every point still lands in the run a binary search
+    /// over all runs finds, at every sample size, from any offset.
+    #[test]
+    fn the_walk_finds_each_points_run_however_far_it_steps() {
+        let counts: Vec<u64> = (1..=30_000u64).map(|r| 10_000_000 / r + 1).collect();
+        let s = NegativeSampler::new(&counts, 0.75).expect("valid");
+        assert!(s.runs() > 5_000, "many runs: {}", s.runs());
+        for n in [1u64, 2, 7, 80, 1_000, 50_000] {
+            for seed in 0..20 {
+                let r = Deal::new(seed, n, 1, s.total()).offset;
+                for (i, w) in s.walk(n, r).enumerate() {
+                    let x = ((u128::from(i as u64) * u128::from(s.total()) + u128::from(r))
+                        / u128::from(n)) as u64;
+                    assert_eq!(w, s.word_at(x), "n {n}, seed {seed}, point {i}");
+                }
+            }
+        }
+        for r in [0, 1, s.total() / 2, s.total() - 1] {
+            let last = s.walk(1, r).next();
+            assert_eq!(last, Some(s.word_at(r)), "one point at {r}");
+        }
     }
 
     #[test]

@@ -20,6 +20,9 @@ pub use cap::{
 /// within L1.
 const DIGIT_BITS: u32 = 11;
 
+/// The fewest keys [`sort_by_row`] sorts by radix.
+const RADIX_FROM: usize = 128;
+
 /// Sorts `keys` (row << 32 | index) stably by row: an LSD radix sort over
 /// the bits the keys' rows use (their bitwise or, so no bound is trusted),
 /// in as few digits of at most [`DIGIT_BITS`] as they need (a 10K-word
@@ -27,10 +30,18 @@ const DIGIT_BITS: u32 = 11;
 /// of 9, where whole bytes would take 3 and 4 passes), skipping digits that
 /// are the same in every key. `tmp` is its second buffer, kept by the caller
 /// from call to call, so that a steady-state `dotprod` allocates nothing
-/// for the sort (`ps-shard/tests/allocations.rs`).
+/// for the sort (`ps-shard/tests/allocations.rs`). Below
+/// [`RADIX_FROM`] keys (a call of a few small minibatches), where zeroing
+/// and summing the digits' counters would cost more than the keys, it
+/// sorts the keys whole instead: the same order, as every caller's indices
+/// are distinct.
 pub(crate) fn sort_by_row(keys: &mut Vec<u64>, tmp: &mut Vec<u64>) {
     const MAX_DIGITS: usize = u32::BITS.div_ceil(DIGIT_BITS) as usize;
     let n = keys.len();
+    if n < RADIX_FROM {
+        keys.sort_unstable();
+        return;
+    }
     let rows_or = (keys.iter().fold(0, |a, &k| a | k) >> 32) as u32;
     let bits = (u32::BITS - rows_or.leading_zeros()).max(1);
     let digits = bits.div_ceil(DIGIT_BITS);
