@@ -396,7 +396,7 @@ fn train_params(args: &TrainArgs, threads: usize, in_process: bool) -> TrainPara
         } else {
             minibatches_per_call(args.minibatches_per_call, calls, args.num_workers, budget)
         },
-        minibatch: args.minibatch,
+        minibatch: args.minibatch(in_process),
         seed: args.seed,
         worker_index: args.worker_index,
         num_workers: args.num_workers,
@@ -777,7 +777,7 @@ fn provenance(
             sample: args.sample(),
             alpha: args.alpha.into(),
             iter: args.iter.into(),
-            minibatch: args.minibatch as u64,
+            minibatch: params.minibatch as u64,
             seed: args.seed,
             sampling_power: args.sampling_power.into(),
             train_words: summary.tokens,

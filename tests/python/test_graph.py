@@ -212,8 +212,11 @@ def test_directed_walks_stop_at_sinks(tmp_path):
 
 def test_default_sample_keeps_a_small_graphs_walks(tmp_path):
     """Without --sample, walks are not subsampled (bench/graph_defaults.py):
-    word2vec's 1e-3 kept 21 % of karate's walk tokens and left its vectors
-    untrained (micro-F1 0.45 at 50 %, chance), none kept 0.94."""
+    word2vec's 1e-3 kept 21 % of karate's walk tokens and, in minibatches of
+    256 input words, left its vectors untrained (micro-F1 0.45 at 50 %,
+    chance), none kept 0.94. In the embedded default of 32 (issue 44) the
+    few kept tokens make 8 times the steps and 1e-3 trains too (0.92): the
+    default keeps every token and trains karate."""
     import json
     karate = graph("karate")
     scores = {}
@@ -223,4 +226,4 @@ def test_default_sample_keeps_a_small_graphs_walks(tmp_path):
         s = json.loads(summary.read_text())
         scores[name] = (s["trained_words"] / s["words"], sklearn_f1(out, GRAPHS / "karate.labels", 0.5)[0])
     assert scores["default"][0] == 1.0 and scores["w2v"][0] < 0.5, scores
-    assert scores["default"][1] >= 0.8 and scores["default"][1] > scores["w2v"][1] + 0.2, scores
+    assert scores["default"][1] >= 0.8, scores

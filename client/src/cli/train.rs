@@ -169,14 +169,15 @@ pub struct TrainArgs {
     /// against minibatches in flight"); with --cbow, at or under 8.
     #[arg(long, help_heading = "Shards and workers", env = "COLONNADE_MINIBATCHES_PER_CALL", value_parser = clap::value_parser!(u32).range(1..=256))]
     pub minibatches_per_call: Option<u32>,
-    /// Input words per minibatch.
-    #[arg(
-        long,
-        help_heading = "Model",
-        env = "COLONNADE_MINIBATCH",
-        default_value_t = 256
-    )]
-    pub minibatch: usize,
+    /// Input words per minibatch: a minibatch's updates are applied at its
+    /// end. Default: 32 with in-process (embedded) shards, whose calls cost
+    /// little beyond their dot products, so that rare words land in the
+    /// neighbourhoods per-word SGD (gensim, word2vec C) gives them; 256 over
+    /// gRPC (--shards, --embedded-grpc), where every call pays a round trip
+    /// and a plan on every shard (docs/benchmarks.md, "A call's fixed
+    /// costs, and 32 input words in process").
+    #[arg(long, help_heading = "Model", env = "COLONNADE_MINIBATCH")]
+    pub minibatch: Option<usize>,
     /// Run seed: initial vectors, subsampling, windows and negatives derive from it.
     #[arg(
         long,
@@ -291,7 +292,22 @@ pub struct TrainArgs {
     pub connect: crate::cli::ConnectArgs,
 }
 
+/// --minibatch's default with in-process shards, and over gRPC.
+pub const IN_PROCESS_MINIBATCH: usize = 32;
+pub const GRPC_MINIBATCH: usize = 256;
+
 impl TrainArgs {
+    /// --minibatch, or its default: [`IN_PROCESS_MINIBATCH`] when the
+    /// shards are `in_process` (embedded, not over gRPC), else
+    /// [`GRPC_MINIBATCH`].
+    pub fn minibatch(&self, in_process: bool) -> usize {
+        self.minibatch.unwrap_or(if in_process {
+            IN_PROCESS_MINIBATCH
+        } else {
+            GRPC_MINIBATCH
+        })
+    }
+
     /// --sample, or its default: 1e-3 for text, 0 for a graph's walks.
     pub fn sample(&self) -> f64 {
         self.sample.unwrap_or(if self.graph.graph.is_some() {
@@ -460,7 +476,7 @@ pub fn validate(args: &TrainArgs) -> anyhow::Result<()> {
             2 * u64::from(args.window)
         };
         let dots = per_call
-            .saturating_mul(args.minibatch as u64)
+            .saturating_mul(args.minibatch(false) as u64)
             .saturating_mul(examples)
             .saturating_mul(1 + u64::from(args.negative));
         if dots > colonnade_proto::MAX_CALL_DOTS {
@@ -468,7 +484,7 @@ pub fn validate(args: &TrainArgs) -> anyhow::Result<()> {
                 "--minibatch {} × --minibatches-per-call {per_call} × {examples} examples per \
                  input (at --window {}) × (1 + --negative {}) = up to {dots} dot products per call, \
                  more than the shards accept ({}): lower --minibatches-per-call or --minibatch",
-                args.minibatch,
+                args.minibatch(false),
                 args.window,
                 args.negative,
                 colonnade_proto::MAX_CALL_DOTS
@@ -487,7 +503,7 @@ pub fn validate(args: &TrainArgs) -> anyhow::Result<()> {
             .check()
             .map_err(anyhow::Error::msg)?;
     }
-    if args.minibatch == 0 {
+    if args.minibatch == Some(0) {
         bail!("--minibatch must be at least 1");
     }
     if args.num_workers == 0 || args.worker_index >= args.num_workers {
@@ -651,6 +667,28 @@ mod tests {
         most: 256,
         least_calls: 2,
     };
+
+    /// The minibatch of the run's shards: small in process, large over gRPC,
+    /// and --minibatch whatever the shards.
+    #[test]
+    fn default_minibatch_depends_on_where_the_shards_are() {
+        use crate::cli::{Cli, Command};
+        use clap::Parser;
+        let args = |extra: &[&str]| {
+            let argv = ["colonnade", "train", "--corpus", "c.txt"]
+                .iter()
+                .chain(extra);
+            match Cli::try_parse_from(argv).expect("parses").command {
+                Command::Train(args) => args,
+                _ => unreachable!("a train command"),
+            }
+        };
+        let defaults = args(&[]);
+        assert_eq!(defaults.minibatch(true), super::IN_PROCESS_MINIBATCH);
+        assert_eq!(defaults.minibatch(false), super::GRPC_MINIBATCH);
+        let given = args(&["--minibatch", "64"]);
+        assert_eq!((given.minibatch(true), given.minibatch(false)), (64, 64));
+    }
 
     #[test]
     fn default_in_flight_is_4_until_the_workers_would_pass_256_in_flight() {
