@@ -133,9 +133,11 @@ def test_second_model_with_other_seed_on_same_shards(corpus_100k, shard_launcher
 def test_one_pipeline_is_deterministic_across_transports_and_shard_counts(corpus_100k, shard_launcher, tmp_path):
     """With one minibatch in flight the run is a pure function of corpus, flags
     and seed: 2 embedded shards and 2 shard processes give the same bits; 1 or
-    3 shards change only the float summation order of the dot products."""
+    3 shards change only the float summation order of the dot products. The
+    same --minibatch on both: its default is 32 in process, 256 over gRPC."""
     corpus = corpus_100k
-    common = dict(size=16, threads=1, in_flight=1, minibatches_per_call=1, seed=11, connect_timeout_secs=20)
+    common = dict(size=16, threads=1, in_flight=1, minibatches_per_call=1, minibatch=32, seed=11,
+                  connect_timeout_secs=20)
     outs = {}
     outs["embedded2"] = tmp_path / "embedded2.h5"
     run(train_args(corpus, embedded_shards=2, output=outs["embedded2"], **common))
