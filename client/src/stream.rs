@@ -30,7 +30,7 @@ use colonnade_common::sgns::{learning_rate, learning_rate_to};
 use colonnade_common::vocab::{Vocab, VocabCounts};
 use colonnade_graph::walk::{WalkParams, Walks};
 use colonnade_graph::Graph;
-use colonnade_proto::domain::Segment;
+use colonnade_proto::domain::{Segment, Windows};
 use colonnade_proto::{Minibatch, MinibatchId};
 use rand::RngCore;
 use std::path::PathBuf;
@@ -106,25 +106,25 @@ impl Spent {
     }
 }
 
-/// An empty minibatch in `mb`'s buffers: every field as
-/// `Minibatch::default()` leaves it, the buffers cleared but kept.
-fn emptied(mut mb: Minibatch) -> Minibatch {
-    let mut fresh = Minibatch::default();
-    let (f, w) = (&mut fresh, &mut mb.windows);
-    for (to, from) in [
-        (&mut f.inputs, &mut mb.inputs),
-        (&mut f.context_counts, &mut mb.context_counts),
-        (&mut f.outputs, &mut mb.outputs),
-        (&mut f.windows.tokens, &mut w.tokens),
-    ] {
-        from.clear();
-        std::mem::swap(to, from);
+/// An empty minibatch in `mb`'s buffers: every other field as
+/// `Minibatch::default()` leaves it.
+fn emptied(mb: Minibatch) -> Minibatch {
+    fn cleared<T>(mut v: Vec<T>) -> Vec<T> {
+        v.clear();
+        v
     }
-    w.segments.clear();
-    std::mem::swap(&mut f.windows.segments, &mut w.segments);
-    w.radii.clear();
-    std::mem::swap(&mut f.windows.radii, &mut w.radii);
-    fresh
+    let w = mb.windows;
+    Minibatch {
+        inputs: cleared(mb.inputs),
+        context_counts: cleared(mb.context_counts),
+        outputs: cleared(mb.outputs),
+        windows: Windows {
+            tokens: cleared(w.tokens),
+            segments: cleared(w.segments),
+            radii: cleared(w.radii),
+        },
+        ..Minibatch::default()
+    }
 }
 
 impl BatchFormer {
@@ -268,19 +268,7 @@ impl BatchFormer {
         if self.stock.is_empty() {
             self.spent.take_all(&mut self.stock);
         }
-        let next = self.stock.pop().map(emptied).unwrap_or_else(|| {
-            // None given back yet: buffers at this one's sizes, allocated
-            // once instead of grown from empty.
-            let (c, w) = (&self.current, &self.current.windows);
-            let mut next = Minibatch::default();
-            next.inputs.reserve(c.inputs.len());
-            next.context_counts.reserve(c.context_counts.len());
-            next.outputs.reserve(c.outputs.len());
-            next.windows.tokens.reserve(w.tokens.len());
-            next.windows.segments.reserve(w.segments.len());
-            next.windows.radii.reserve(w.radii.len());
-            next
-        });
+        let next = self.stock.pop().map(emptied).unwrap_or_default();
         let mut mb = std::mem::replace(&mut self.current, next);
         let s = &self.schedule;
         mb.alpha = match s.min_alpha {

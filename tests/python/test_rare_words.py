@@ -22,7 +22,7 @@ import numpy as np
 from gensim.models import KeyedVectors, Word2Vec
 from gensim.models.word2vec import LineSentence
 
-from conftest import SAMPLE_XZ, colonnade, run
+from conftest import SAMPLE_XZ, colonnade, read_vocab_file, run, train_args
 
 EPOCHS = 3
 NEIGHBOURS = 10
@@ -31,29 +31,20 @@ WORDS = 600
 FLOORS = [(5, 50, 0.095), (50, 500, 0.40)]
 
 
-def neighbours(kv: KeyedVectors, words: list[str], k: int) -> list[set[str]]:
-    """Each word's k nearest words by cosine over all of `kv`, itself excluded."""
-    m = kv.vectors / np.linalg.norm(kv.vectors, axis=1, keepdims=True).clip(1e-12)
-    rows = np.array([kv.key_to_index[w] for w in words])
-    sims = m[rows] @ m.T
-    sims[np.arange(len(rows)), rows] = -np.inf
-    top = np.argpartition(-sims, k, axis=1)[:, :k]
-    return [{kv.index_to_key[j] for j in t} for t in top]
+def neighbours(kv: KeyedVectors, words: list[str]) -> list[set[str]]:
+    """Each word's NEIGHBOURS nearest words by cosine over all of `kv`."""
+    return [{w for w, _ in kv.most_similar(word, topn=NEIGHBOURS)} for word in words]
 
 
 def test_rare_words_have_gensims_neighbours(tmp_path):
     corpus = tmp_path / "sample.txt"
     with lzma.open(SAMPLE_XZ, "rb") as src:
         corpus.write_bytes(src.read())
-    settings = dict(size=100, window=5, negative=5, min_count=5, sample=1e-4, alpha=0.025)
+    settings = dict(size=100, window=5, negative=5, min_count=5, sample=1e-4, alpha=0.025, seed=1)
     vocab = tmp_path / "vocab.tsv"
     run([str(colonnade()), "vocab", "--corpus", str(corpus), "--min-count", "5", "--output", str(vocab)])
     ours = tmp_path / "colonnade.bin"
-    run(
-        [str(colonnade()), "train", "--corpus", str(corpus), "--vocab", str(vocab)]
-        + [f"--{k.replace('_', '-')}={v}" for k, v in settings.items()]
-        + ["--iter", str(EPOCHS), "--threads", "2", "--seed", "1", "--output-binary", str(ours)]
-    )
+    run(train_args(corpus, vocab=vocab, iter=EPOCHS, threads=2, output_binary=ours, **settings))
     theirs = Word2Vec(
         LineSentence(str(corpus)),
         sg=1,
@@ -65,23 +56,17 @@ def test_rare_words_have_gensims_neighbours(tmp_path):
         alpha=settings["alpha"],
         epochs=EPOCHS,
         workers=2,
-        seed=1,
+        seed=settings["seed"],
     ).wv
     a = KeyedVectors.load_word2vec_format(str(ours), binary=True)
-    counts = {}
-    with open(vocab, encoding="utf-8") as f:
-        for line in f:
-            if line.startswith("# colonnade vocabulary"):
-                continue
-            word, count = line.rstrip("\n").split("\t")
-            counts[word] = int(count)
+    counts = dict(read_vocab_file(vocab))
     failed = []
     for lo, hi, floor in FLOORS:
         bucket = sorted(w for w, c in counts.items() if lo <= c < hi and w in a.key_to_index and w in theirs.key_to_index)
         assert len(bucket) > WORDS, f"only {len(bucket)} words of count {lo}-{hi - 1} in both models"
         words = [bucket[i] for i in np.random.default_rng(0).choice(len(bucket), WORDS, replace=False)]
-        ours_n, theirs_n = neighbours(a, words, NEIGHBOURS), neighbours(theirs, words, NEIGHBOURS)
-        agreement = float(np.mean([len(x & y) / NEIGHBOURS for x, y in zip(ours_n, theirs_n)]))
+        shared = [len(x & y) / NEIGHBOURS for x, y in zip(neighbours(a, words), neighbours(theirs, words))]
+        agreement = float(np.mean(shared))
         if agreement < floor:
             failed.append(f"count {lo}-{hi - 1} ({WORDS} of {len(bucket)} words): {agreement:.3f}, below {floor}")
     assert not failed, f"top-{NEIGHBOURS} agreement with gensim: " + "; ".join(failed)
