@@ -161,15 +161,20 @@ def test_hdf5_attributes(trained):
     assert fp in trained.stderr
 
 
-@pytest.mark.parametrize("name, flags", [("cbow", dict(cbow=True)), ("pairs", dict(shared_negatives="false"))])
-def test_negatives_are_shared_only_by_default_skip_gram(small_corpus, tmp_path, name, flags):
+@pytest.mark.parametrize(
+    "name, flags, minibatch", [("cbow", dict(cbow=True), 256), ("pairs", dict(shared_negatives="false"), 32)]
+)
+def test_negatives_are_shared_only_by_default_skip_gram(small_corpus, tmp_path, name, flags, minibatch):
     """CBOW (one set of negatives per position already) and `--shared-negatives
-    false` train with fresh negatives per pair; the file says which ran."""
+    false` train with fresh negatives per pair; the file says which ran. In
+    process skip-gram's minibatches default to 32 input words and CBOW's to
+    256 (docs/benchmarks.md, "CBOW keeps 256 input words in process")."""
     h5 = tmp_path / f"{name}.h5"
     run(train_args(small_corpus, embedded_shards=1, size=DIM, output=h5, **flags))
     with h5py.File(h5, "r") as f:
         config = json.loads(f.attrs["config_json"])
     assert config["params"]["shared_negatives"] is False, config["params"]
+    assert config["params"]["minibatch"] == minibatch, config["params"]
 
 
 def test_shared_negatives_are_refused_for_cbow(small_corpus, tmp_path):
