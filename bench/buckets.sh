@@ -4,8 +4,10 @@
 # threads) and gensim (sg=1, workers=2) with seeds 1 and 2 on one corpus,
 # then reports similarity, analogies and neighbour agreement per frequency
 # bucket of the rarest word. Settings by environment: CORPUS (part 01),
-# ITER (3), THREADS (Colonnade's, 2; gensim's stay 2), SAMPLE (1e-4), SEEDS
-# ("1 2"), WORK (a new temporary directory, kept), COLONNADE_ARGS (extra
+# ITER (3), ALPHA (0.025), THREADS (Colonnade's, 2; gensim's stay 2),
+# SAMPLE (1e-4), SEEDS ("1 2"), CBOW=1 (both train CBOW: gensim sg=0,
+# cbow_mean=1; give it a WORK of its own, as its gensim vectors are CBOW's),
+# WORK (a new temporary directory, kept), COLONNADE_ARGS (extra
 # `colonnade train` flags, e.g. "--minibatch 64"), TAG (colonnade: the name
 # of its files in WORK), SKIP_GENSIM=1 (reuse WORK's gensim vectors),
 # BIN_DIR (a directory holding a built `colonnade`, used as it is; without
@@ -33,7 +35,8 @@ else
   bin="$repo/target/release/colonnade"
 fi
 py="$repo/.venv/bin/python"
-flags=(--size 100 --window 5 --negative 5 --min-count 5 --sample "$sample" --alpha 0.025 --iter "$iter")
+flags=(--size 100 --window 5 --negative 5 --min-count 5 --sample "$sample" --alpha "${ALPHA:-0.025}" --iter "$iter")
+if [ "${CBOW:-0}" = 1 ]; then flags+=(--cbow); fi
 [ -f "$work/corpus.txt" ] || xz -dc "$corpus" > "$work/corpus.txt"
 [ -f "$work/vocab.tsv" ] || "$bin" vocab --corpus "$work/corpus.txt" --min-count 5 --output "$work/vocab.tsv"
 models=() agree=()
@@ -52,6 +55,6 @@ for seed in $seeds; do
 done
 set -- $seeds
 if [ $# -ge 2 ]; then agree=(--agree "g$1:g$2" --agree "c$1:c$2" "${agree[@]}"); fi
-echo "work: $work ($(date -u +%FT%TZ), colonnade $("$bin" --version), threads ${THREADS:-2} ${COLONNADE_ARGS:-})"
+echo "work: $work ($(date -u +%FT%TZ), colonnade $("$bin" --version), threads ${THREADS:-2} ${flags[*]} ${COLONNADE_ARGS:-})"
 "$py" "$repo/bench/buckets.py" --vocab "$work/vocab.tsv" "${models[@]}" "${agree[@]}" \
   --out "$repo/bench/results/buckets-$(date -u +%Y%m%dT%H%M%S).json"

@@ -31,6 +31,8 @@ Usage (from the repository, after `cargo build --release` and scripts/setup.sh):
     .venv/bin/python bench/grid.py --max-tokens 2000000 --seeds 1 --objectives sg --alphas 0.025 \\
         --threads 2 --epochs 1 --samples 1e-4 --json /tmp/grid-smoke.json    # a quick check of the script
     .venv/bin/python bench/grid.py --status --json bench/results/grid-part01.json   # the grid as it stands
+    .venv/bin/python bench/grid.py --report-only --paired --label 9227670 --reference-label default \\
+        --json bench/results/grid-issue44-simlex-20261202.json   # one build's runs, paired by seed
 """
 
 from __future__ import annotations
@@ -102,6 +104,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--status", action="store_true",
                    help="train nothing: every cell --json holds, each trainer's runs from the newest build "
                         "(commit) that ran it, with the builds named")
+    p.add_argument("--paired", action="store_true",
+                   help="also report, per cell and Colonnade trainer, the mean and standard error over seeds of "
+                        "its score minus gensim's of the same seed (seeds both ran)")
     p.add_argument("--reference-label", default=None,
                    help="report gensim's and the embedded mode's runs of this earlier label where this one "
                         "has none (e.g. a variant run with --trainers processes)")
@@ -202,7 +207,7 @@ def median(xs: list[float]) -> float | None:
     return statistics.median(xs) if xs else None
 
 
-def report(data: dict, corpus: str, commit: str, reference: str | None = None) -> str:
+def report(data: dict, corpus: str, commit: str, reference: str | None = None) -> tuple[str, dict]:
     """Per cell (the runs of `corpus` by build `commit`, and of `reference`
     for the trainers `commit` has no run of): medians over seeds and each
     Colonnade mode against gensim."""
@@ -218,10 +223,10 @@ def report(data: dict, corpus: str, commit: str, reference: str | None = None) -
     for cell, runs in by_cell.items():
         for trainer, rs in earlier.get(cell, {}).items():
             runs.setdefault(trainer, rs)
-    return table(by_cell)
+    return table(by_cell), by_cell
 
 
-def status(data: dict, corpus: str) -> str:
+def status(data: dict, corpus: str, paired: bool = False) -> str:
     """The grid as it stands: per cell and trainer, the runs of the newest
     build that ran it (builds named by a commit, not the labels of
     experiments), and which builds those are."""
@@ -238,7 +243,7 @@ def status(data: dict, corpus: str) -> str:
         if run["corpus"] == corpus and key in newest and run["commit"] == newest[key][1]:
             by_cell.setdefault(run["cell"], {}).setdefault(run["trainer"], []).append(run)
     builds = {cell: "/".join(newest.get((cell, t), ("", "–"))[1] for t in TRAINERS) for cell in by_cell}
-    return table(by_cell, builds)
+    return table(by_cell, builds) + ("\n\n" + paired_table(by_cell) if paired else "")
 
 
 def cell_order(cell: str) -> tuple:
@@ -292,6 +297,33 @@ def table(by_cell: dict[str, dict[str, list[dict]]], builds: dict[str, str] | No
     return "\n".join(out)
 
 
+def paired_table(by_cell: dict[str, dict[str, list[dict]]]) -> str:
+    """Per cell and Colonnade trainer, over the seeds that it and gensim both
+    ran: the mean ± standard error of its score minus gensim's of the same
+    seed. The two share no random stream, so the pairs are independent
+    draws of the difference: its mean estimates the gap and the standard
+    error tells a small real gap from the seeds' noise, which the
+    difference of two medians of three does not."""
+    metrics = (("analogy_accuracy", 100, ".2f"), ("ws353_spearman", 1, ".3f"),
+               ("simlex_spearman", 1, ".3f"), ("men_spearman", 1, ".3f"))
+    out = ["| cell | trainer | seeds | analogy points | WS-353 | SimLex | MEN |", "|---|---|---:|---|---|---|---|"]
+    for cell in sorted(by_cell, key=cell_order):
+        runs = by_cell[cell]
+        g = {r["seed"]: r["scores"] for r in runs.get("gensim", []) if "scores" in r}
+        for trainer in TRAINERS[1:]:
+            t = {r["seed"]: r["scores"] for r in runs.get(trainer, []) if "scores" in r}
+            seeds = sorted(set(g) & set(t))
+            if len(seeds) < 2:
+                continue
+            cols = []
+            for m, scale, fmt in metrics:
+                d = [scale * (t[s][m] - g[s][m]) for s in seeds]
+                se = statistics.stdev(d) / len(d) ** 0.5
+                cols.append(f"{format(statistics.mean(d), '+' + fmt)} ± {format(se, fmt)}")
+            out.append(f"| {cell} | {trainer} | {len(seeds)} | " + " | ".join(cols) + " |")
+    return "\n".join(out)
+
+
 def main(argv: list[str]) -> int:
     set_log_name("grid")
     a = parse_args(argv)
@@ -301,13 +333,15 @@ def main(argv: list[str]) -> int:
     commit = a.label or build_label()
     corpus = f"{a.corpus.name}" + (f"[:{a.max_tokens}]" if a.max_tokens else "")
     if a.status:
-        print(status(data, corpus))
+        print(status(data, corpus, a.paired))
         return 0
     if a.report_only:
         tokens = next((r["tokens"] for r in data["runs"].values() if r["corpus"] == corpus), 0)
     else:
         tokens = train_grid(a, data, json_path, corpus, commit)
-    table = report(data, corpus, commit, a.reference_label)
+    table, by_cell = report(data, corpus, commit, a.reference_label)
+    if a.paired:
+        table += "\n\nPaired by seed, Colonnade − gensim (mean ± standard error):\n\n" + paired_table(by_cell)
     md = "\n".join([
         f"## Quality grid against gensim, {corpus} ({tokens:,} tokens)", "",
         f"- Command: `{shlex.join(['python', 'bench/grid.py', *argv])}`",
