@@ -74,6 +74,9 @@ TRAINERS = ("gensim", "embedded", "processes")
 # Issue 44's bar: a Colonnade median at most this far below gensim's.
 ANALOGY_POINTS = 0.5
 RHO = 0.01
+# The scores of a run: (key in its `scores`, scale to the reported unit, bar, format).
+METRICS = (("analogy_accuracy", 100, ANALOGY_POINTS, ".2f"), ("ws353_spearman", 1, RHO, ".3f"),
+           ("simlex_spearman", 1, RHO, ".3f"), ("men_spearman", 1, RHO, ".3f"))
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -255,8 +258,6 @@ def cell_order(cell: str) -> tuple:
 def table(by_cell: dict[str, dict[str, list[dict]]], builds: dict[str, str] | None = None) -> str:
     """The markdown table of `by_cell`'s runs (cell -> trainer -> runs), with
     a column of the builds that ran each cell when `builds` is given."""
-    metrics = (("analogy_accuracy", 100, ANALOGY_POINTS), ("ws353_spearman", 1, RHO),
-               ("simlex_spearman", 1, RHO), ("men_spearman", 1, RHO))
     out = ["| cell | seeds | gensim analogy % | embedded − gensim | processes − gensim | "
            "ρ WS / SimLex / MEN, embedded − gensim | ρ, processes − gensim | bar |"
            + (" builds (gensim/embedded/processes) |" if builds else ""),
@@ -266,7 +267,7 @@ def table(by_cell: dict[str, dict[str, list[dict]]], builds: dict[str, str] | No
         med = {}
         for trainer, rs in runs.items():
             ok = [r for r in rs if "scores" in r]
-            med[trainer] = {m: median([scale * r["scores"][m] for r in ok]) for m, scale, _ in metrics}
+            med[trainer] = {m: median([scale * r["scores"][m] for r in ok]) for m, scale, _, _ in METRICS}
             med[trainer]["n"] = len(ok)
             med[trainer]["failed"] = len(rs) - len(ok)
         g = med.get("gensim")
@@ -288,8 +289,8 @@ def table(by_cell: dict[str, dict[str, list[dict]]], builds: dict[str, str] | No
 
         emb_a = diff("embedded", "analogy_accuracy", ANALOGY_POINTS, "+.2f")
         proc_a = diff("processes", "analogy_accuracy", ANALOGY_POINTS, "+.2f")
-        emb_r = " / ".join(diff("embedded", m, RHO, "+.3f") for m, _, _ in metrics[1:])
-        proc_r = " / ".join(diff("processes", m, RHO, "+.3f") for m, _, _ in metrics[1:])
+        emb_r = " / ".join(diff("embedded", m, RHO, "+.3f") for m, _, _, _ in METRICS[1:])
+        proc_r = " / ".join(diff("processes", m, RHO, "+.3f") for m, _, _, _ in METRICS[1:])
         seeds = min(t["n"] for t in med.values())
         bar = "met" if not misses else "missed: " + ", ".join(dict.fromkeys(misses))
         out.append(f"| {cell} | {seeds} | {g['analogy_accuracy']:.2f} | {emb_a} | {proc_a} | {emb_r} | {proc_r} | {bar} |"
@@ -304,8 +305,6 @@ def paired_table(by_cell: dict[str, dict[str, list[dict]]]) -> str:
     draws of the difference: its mean estimates the gap and the standard
     error tells a small real gap from the seeds' noise, which the
     difference of two medians of three does not."""
-    metrics = (("analogy_accuracy", 100, ".2f"), ("ws353_spearman", 1, ".3f"),
-               ("simlex_spearman", 1, ".3f"), ("men_spearman", 1, ".3f"))
     out = ["| cell | trainer | seeds | analogy points | WS-353 | SimLex | MEN |", "|---|---|---:|---|---|---|---|"]
     for cell in sorted(by_cell, key=cell_order):
         runs = by_cell[cell]
@@ -316,7 +315,7 @@ def paired_table(by_cell: dict[str, dict[str, list[dict]]]) -> str:
             if len(seeds) < 2:
                 continue
             cols = []
-            for m, scale, fmt in metrics:
+            for m, scale, _, fmt in METRICS:
                 d = [scale * (t[s][m] - g[s][m]) for s in seeds]
                 se = statistics.stdev(d) / len(d) ** 0.5
                 cols.append(f"{format(statistics.mean(d), '+' + fmt)} ± {format(se, fmt)}")
