@@ -105,6 +105,15 @@ pub trait Simd: Copy {
     fn lanes_axpy(self, acc: Self::Lanes, alpha: f32, x: &[f32; LANES]) -> Self::Lanes;
     /// The lanes, into `out`.
     fn lanes_store(self, acc: Self::Lanes, out: &mut [f32; LANES]);
+    /// The first `N` floats of `row` (all of it when shorter), zero-padded
+    /// to `N`: a row's copy that the loops then read a chunk at a time.
+    #[inline(always)]
+    fn padded<const N: usize>(self, row: &[f32]) -> [f32; N] {
+        let mut out = [0.0f32; N];
+        let n = row.len().min(N);
+        out[..n].copy_from_slice(&row[..n]);
+        out
+    }
 }
 
 /// The portable kernels (vectorized by LLVM as well as it can).
@@ -195,6 +204,74 @@ impl Simd for Avx {
         // SAFETY: as in `dot`.
         unsafe { lanes_store_avx(acc, out) }
     }
+
+    #[inline(always)]
+    fn padded<const N: usize>(self, row: &[f32]) -> [f32; N] {
+        let mut out = [0.0f32; N];
+        // SAFETY: as in `dot`.
+        unsafe { padded_avx(row, &mut out) };
+        out
+    }
+}
+
+/// Lane l of a 16-lane window starting at `MASKS[16 - r]` is set when l < r
+/// (r in 0 ..= 16; the high 8 lanes' window starts at `MASKS[24 - r]`).
+#[cfg(target_arch = "x86_64")]
+static MASKS: [i32; 32] = {
+    let mut m = [0i32; 32];
+    let mut i = 0;
+    while i < 16 {
+        m[i] = -1;
+        i += 1;
+    }
+    m
+};
+
+/// `row` into `out`, zero-padded, in whole 8-float stores: each chunk of
+/// the row loaded whole, or under a mask where the row ends (masked-off
+/// lanes read as 0 and touch no memory). A copy by `memcpy` of the row's
+/// length and then whole-chunk loads of it made every loop visit of a row
+/// wait for a store forward that fails (the loads span two of the copy's
+/// stores): that reload was the split loops' hottest instruction over gRPC.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx")]
+#[inline]
+unsafe fn padded_avx(row: &[f32], out: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let n = row.len().min(out.len());
+    for (c, chunk) in out.chunks_exact_mut(LANES).enumerate() {
+        let start = c * LANES;
+        let r = n.saturating_sub(start).min(LANES);
+        let o = chunk.as_mut_ptr();
+        // SAFETY: `chunk` holds 16 floats, so both 8-float stores are in
+        // bounds. The loads read only lanes below r, which lie within `row`
+        // (start + r <= n <= row.len()); r in 0 ..= 16 keeps both mask
+        // windows within MASKS.
+        unsafe {
+            let (lo, hi) = if r == LANES {
+                let x = row.as_ptr().add(start);
+                (_mm256_loadu_ps(x), _mm256_loadu_ps(x.add(8)))
+            } else if r > 0 {
+                let x = row.as_ptr().add(start);
+                let m_lo = _mm256_loadu_si256(MASKS.as_ptr().add(16 - r).cast());
+                let m_hi = _mm256_loadu_si256(MASKS.as_ptr().add(24 - r).cast());
+                (
+                    _mm256_maskload_ps(x, m_lo),
+                    _mm256_maskload_ps(x.wrapping_add(8), m_hi),
+                )
+            } else {
+                (_mm256_setzero_ps(), _mm256_setzero_ps())
+            };
+            _mm256_storeu_ps(o, lo);
+            _mm256_storeu_ps(o.add(8), hi);
+        }
+    }
+    // A length that is not whole chunks (not what the loops pass): the rest
+    // as the default does.
+    let whole = out.len() - out.len() % LANES;
+    if whole < n {
+        out[whole..n].copy_from_slice(&row[whole..n]);
+    }
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -283,15 +360,6 @@ unsafe fn dot_avx(a: &[f32], b: &[f32]) -> f32 {
     let r = x.len();
     if r > 0 {
         // Lane l of the low (high) half is loaded when l (8 + l) < r.
-        static MASKS: [i32; 32] = {
-            let mut m = [0i32; 32];
-            let mut i = 0;
-            while i < 16 {
-                m[i] = -1;
-                i += 1;
-            }
-            m
-        };
         // SAFETY: 0 < r < 16, so both 8-lane windows lie within MASKS; a
         // masked load touches only the lanes its mask selects, which are
         // below r and so within both slices.
@@ -462,6 +530,32 @@ mod tests {
             v.iter().map(|p| p.0).collect(),
             v.iter().map(|p| p.1).collect(),
         )
+    }
+
+    /// Every kernel's padded copy is the row, then zeros, at every length
+    /// up to the width and past it (cut), for every width the loops use.
+    #[test]
+    fn padded_copies_are_the_row_then_zeros() {
+        fn check<K: Simd, const N: usize>(k: K) {
+            let row: Vec<f32> = (0..N + 9).map(|i| i as f32 + 0.5).collect();
+            for len in 0..=N + 9 {
+                let got = k.padded::<N>(&row[..len]);
+                let want: Vec<f32> = (0..N).map(|i| if i < len { row[i] } else { 0.0 }).collect();
+                assert_eq!(got.to_vec(), want, "width {N}, length {len}");
+            }
+        }
+        fn all<K: Simd>(k: K) {
+            check::<K, 16>(k);
+            check::<K, 32>(k);
+            check::<K, 48>(k);
+            check::<K, 64>(k);
+            check::<K, 20>(k);
+        }
+        all(Portable);
+        #[cfg(target_arch = "x86_64")]
+        if let Some(k) = Avx::detect() {
+            all(k);
+        }
     }
 
     proptest! {

@@ -28,6 +28,24 @@ pub(crate) fn max_abs_bits(values: &[f32]) -> u32 {
         .unwrap_or(0)
 }
 
+/// Σ|x| over `values`, in eight running sums (one per lane of a 256-bit
+/// vector) added at the end: one sum in sequence is a chain of dependent
+/// adds the compiler may not reorder (4 cycles each, about 3 % of a shard's
+/// CPU over gRPC at 35K weights a call), eight independent ones vectorize.
+/// As inexact as the sequential sum (both round), and like it not finite
+/// when a value is not: |x| never cancels.
+pub(crate) fn abs_sum(values: &[f32]) -> f32 {
+    const LANES: usize = 8;
+    let (chunks, rest) = values.as_chunks::<LANES>();
+    let mut acc = [0.0f32; LANES];
+    for chunk in chunks {
+        for (a, x) in acc.iter_mut().zip(chunk) {
+            *a += x.abs();
+        }
+    }
+    acc.iter().sum::<f32>() + rest.iter().map(|x| x.abs()).sum::<f32>()
+}
+
 impl Model {
     /// Refuses an export of a diverged state (its vectors are garbage),
     /// saying how to roll it back.
@@ -63,7 +81,7 @@ impl Model {
     /// 2^40. A refused call marks the state diverged. Checks that the
     /// weights are finite in the same pass.
     pub(crate) fn admit_weights(&self, weights: &[f32]) -> Result<(), ShardError> {
-        let sum: f32 = weights.iter().map(|w| w.abs()).sum();
+        let sum = abs_sum(weights);
         if !sum.is_finite() {
             if let Some(i) = weights.iter().position(|x| !x.is_finite()) {
                 return Err(invalid(format!(
@@ -95,6 +113,30 @@ mod tests {
 
     fn model() -> Model {
         Model::new(spec(0..8), &COUNTS).expect("model")
+    }
+
+    /// The eight-lane sum against a sum in f64, at every length around the
+    /// lanes (tails of 0 to 7), and not finite when a value is not.
+    #[test]
+    fn abs_sum_is_the_sum_of_magnitudes_and_keeps_non_finite_values() {
+        for n in [0usize, 1, 7, 8, 9, 15, 16, 17, 1000, 35_001] {
+            let values: Vec<f32> = (0..n)
+                .map(|i| ((i * 7919 % 2003) as f32 - 1001.0) / 997.0)
+                .collect();
+            let exact: f64 = values.iter().map(|&x| f64::from(x.abs())).sum();
+            let got = f64::from(abs_sum(&values));
+            assert!(
+                (got - exact).abs() <= 1e-5 * exact.max(1.0),
+                "{n}: {got} vs {exact}"
+            );
+        }
+        for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+            for at in [0, 5, 8, 20] {
+                let mut values = vec![0.25f32; 21];
+                values[at] = bad;
+                assert!(!abs_sum(&values).is_finite(), "{bad} at {at}");
+            }
+        }
     }
 
     /// Adjusts of α·G = 100 on every dot product, each within the limits:

@@ -222,30 +222,23 @@ fn dotprod_body<K: Simd, const N: usize>(k: K, work: Work<'_>, dots: &mut [f32])
     let u_rows = &*work.u_rows;
     for (x, run) in RowRuns::new(v, work.plan, work.groups) {
         // A guard, not a closure: the row's work inlines into this clone.
+        // With `N` known, the row is read once into a zero-padded copy
+        // (`Simd::padded`), so that each of the run's dot products and Δu
+        // updates works on whole 16-float chunks (no masked tail) against
+        // the zero-padded input rows; the padding adds only products of
+        // zeros, so every sum is bit for bit the unpadded one.
         let row = v.row_mut(x);
         if N == 0 {
             split_run_dots(k, run, u_rows, stride, &row[..cols], dots);
         } else {
-            split_run_dots(k, run, u_rows, stride, &padded_row::<N>(&row), dots);
+            split_run_dots(k, run, u_rows, stride, &k.padded::<N>(&row), dots);
         }
     }
 }
 
-/// `row` zero-padded to `N` floats (`N` ≥ its length): the split loops'
-/// copy of an output row, read once per run, so that each of the run's dot
-/// products and Δu updates works on whole 16-float chunks (no masked tail)
-/// against the zero-padded input rows. The padding adds only products of
-/// zeros, so every sum is bit for bit the unpadded one.
-#[inline(always)]
-fn padded_row<const N: usize>(row: &[f32]) -> [f32; N] {
-    let mut out = [0.0f32; N];
-    out[..row.len()].copy_from_slice(row);
-    out
-}
-
 /// The partial dot products of one output row's `run` in the split loops,
 /// into `dots` by wire index: each input position's `stride`-padded row
-/// against `row` (the row's columns, or [`padded_row`]: the same sums).
+/// against `row` (the row's columns, or its padded copy: the same sums).
 /// The one computation both [`dotprod_body`] and a refreshing adjust
 /// ([`Refresh`]) run, so that rows nothing moved give the same value.
 #[inline(always)]
@@ -390,7 +383,7 @@ fn adjust_body<K: Simd, const N: usize>(k: K, work: Work<'_>, steps: Steps<'_>) 
         let scale = row_step_scale(load, cap);
         // A guard, not a closure: the row's work inlines into this clone.
         let mut row = v.row_mut(x);
-        let padded = padded_row::<N>(&row[..N.min(row.len())]);
+        let padded = k.padded::<N>(&row);
         let read: &[f32] = if N == 0 { &row } else { &padded };
         // The run's weights: as sent, or refreshed for the rows' drift (all
         // of the run's dot products first, so that none waits on another).

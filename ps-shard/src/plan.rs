@@ -23,6 +23,11 @@ const DIGIT_BITS: u32 = 11;
 /// The fewest keys [`sort_by_row`] sorts by radix.
 const RADIX_FROM: usize = 128;
 
+/// The context words of a position [`Plan::spread`] writes in one
+/// fixed-size copy (a window of radius 8 or less); a position with more is
+/// written word by word.
+const SPREAD_WIDTH: usize = 16;
+
 /// Sorts `keys` (row << 32 | index) stably by row: an LSD radix sort over
 /// the bits the keys' rows use (their bitwise or, so no bound is trusted),
 /// in as few digits of at most [`DIGIT_BITS`] as they need (a 10K-word
@@ -453,41 +458,69 @@ impl Plan {
                 Some(first)
             }));
         let pairs = self.contexts.len();
-        self.target_wire.clear();
-        let mut at = 0u32;
-        let positions = self.positives.len() as u32;
-        for p in (0..positions).chain(self.negatives.iter().map(|&(_, p)| p)) {
-            self.target_wire.push(at);
-            at += counts[p as usize];
-        }
         std::mem::swap(&mut self.plan, &mut self.targets);
         std::mem::swap(&mut self.groups, &mut self.target_groups);
         std::mem::swap(&mut self.alphas, &mut self.target_alphas);
         self.dots = pairs * self.per_pair;
-        // Written in place into a plan sized for every dot product, not
-        // pushed: `columns/plan/25` 175 → 166 µs (the bench's medians). The
-        // buffers are the last call's dot products' (see `group`): resizing
-        // them zeroes only what this call has beyond the last one's, where
-        // zeroing the whole of both was a few percent of a shard's CPU.
-        // Every entry below `at` and every α the targets' wire indices cover
-        // is written below; the α of any the targets did not cover (should
-        // the sample have yielded fewer negatives) are zeroed.
-        self.plan.resize(self.dots, (0, 0));
-        self.groups.clear();
-        self.alphas.resize(self.dots, 0.0);
-        let covered = (at as usize).min(self.dots);
+        // Written in place into buffers sized for every dot product (and
+        // [`SPREAD_WIDTH`] more), not pushed. They are the last call's dot
+        // products' (see `group`): resizing them zeroes only what this call
+        // has beyond the last one's, where zeroing the whole of both was a
+        // few percent of a shard's CPU. A position's dot products are
+        // written [`SPREAD_WIDTH`] at a time whatever its context words
+        // (fixed-size copies, no loop whose end mispredicts once a target:
+        // the spread was 11 % of a shard's CPU over gRPC); what a write puts
+        // past the position's own is written over by the next one, or cut.
+        self.plan.resize(self.dots + SPREAD_WIDTH, (0, 0));
+        self.alphas.resize(self.dots + SPREAD_WIDTH, 0.0);
+        // Each target's first wire index and its α over its dot products,
+        // in wire order (positives first, in position order, then the
+        // negatives in the order of the sample).
+        self.target_wire.clear();
+        let mut at = 0usize;
+        let positions = self.positives.len();
+        let wire_positions = (0..positions as u32).chain(self.negatives.iter().map(|&(_, p)| p));
+        for (&alpha, p) in self.target_alphas.iter().zip(wire_positions) {
+            self.target_wire.push(at as u32);
+            let c = counts[p as usize] as usize;
+            match self.alphas.get_mut(at..at + SPREAD_WIDTH) {
+                Some(out) if c <= SPREAD_WIDTH => out.fill(alpha),
+                _ => self.alphas[at..at + c].fill(alpha),
+            }
+            at += c;
+        }
+        // Every α the targets' wire indices cover is written above; the α
+        // of any they did not cover (should the sample have yielded fewer
+        // negatives) are zeroed.
+        let covered = at.min(self.dots);
         self.alphas[covered..].fill(0.0);
+        self.alphas.truncate(self.dots);
+        self.groups.clear();
         let (mut start, mut at) = (0, 0);
+        let slot_of = &self.slot_of[..];
         for &(row, end) in &self.target_groups {
             for &(k, p) in &self.targets[start..end as usize] {
                 let (wire, first) = (self.target_wire[k as usize], self.context_start[p as usize]);
-                let c = counts[p as usize] as usize;
-                let slots = &self.slot_of[first as usize..first as usize + c];
-                for ((o, &s), w) in self.plan[at..at + c].iter_mut().zip(slots).zip(wire..) {
-                    *o = (w, s);
+                let (first, c) = (first as usize, counts[p as usize] as usize);
+                let whole = (c <= SPREAD_WIDTH)
+                    .then(|| slot_of.get(first..first + SPREAD_WIDTH))
+                    .flatten()
+                    .and_then(|s| <&[u32; SPREAD_WIDTH]>::try_from(s).ok());
+                match (whole, self.plan.get_mut(at..at + SPREAD_WIDTH)) {
+                    (Some(slots), Some(out)) => {
+                        for (i, (o, &s)) in out.iter_mut().zip(slots).enumerate() {
+                            *o = (wire.wrapping_add(i as u32), s);
+                        }
+                    }
+                    _ => {
+                        let slots = &slot_of[first..first + c];
+                        for ((o, &s), w) in self.plan[at..at + c].iter_mut().zip(slots).zip(wire..)
+                        {
+                            *o = (w, s);
+                        }
+                    }
                 }
                 at += c;
-                self.alphas[wire as usize..wire as usize + c].fill(self.target_alphas[k as usize]);
             }
             self.groups.push((row, at as u32));
             start = end as usize;

@@ -250,12 +250,17 @@ fn weights_of(raw: &[u8], plan: &Plan, weights: &mut Vec<f32>) -> Result<(), Sha
     let (mut at, mut outside) = (0, None);
     let within = |g: f32| g.abs() <= 1.0; // false for NaN too
     decode_f16_blocks("scaled_weights", raw, |block| {
-        plan.extend_weights(block, weights, |g| {
-            if outside.is_none() && !within(g) {
-                outside = Some((at, g));
-            }
-            at += 1;
-        });
+        // A branch-free check of the block first (it vectorizes, as the
+        // product below does): a check per weight inside the product kept
+        // both scalar, about 2 % of a shard's CPU over gRPC.
+        if outside.is_none() && !block.iter().fold(true, |ok, &g| ok & within(g)) {
+            outside = block
+                .iter()
+                .position(|&g| !within(g))
+                .map(|j| (at + j, block[j]));
+        }
+        at += block.len();
+        plan.extend_weights(block, weights, |_| ());
     })
     .map_err(ShardError::from)?;
     if let Some((i, g)) = outside {
@@ -686,6 +691,44 @@ mod tests {
             ..AdjustRequest::default()
         });
         s.adjust(req).await.expect("adjust");
+    }
+
+    /// A weight outside [−1, 1] in a later block of the half floats (they
+    /// are checked a block of 256 at a time) is refused, named by its index,
+    /// before any row changes.
+    #[tokio::test]
+    async fn a_weight_out_of_range_is_named_and_nothing_is_applied() {
+        let (s, m) = service();
+        let outputs: Vec<u32> = (0..80).map(|i| i % 6).collect();
+        let b = Minibatch {
+            seed: 9,
+            alpha: 1.0,
+            inputs: vec![0, 1],
+            context_counts: vec![40, 40],
+            outputs,
+            ..Minibatch::default()
+        }
+        .to_wire(m.fingerprint);
+        let dots = 80 * (1 + m.spec.model.negative as usize);
+        assert!(dots > 300, "the call spans more than one block: {dots}");
+        for (at, bad) in [(0, -1.5f32), (290, 1.5), (dots - 1, f32::NAN)] {
+            let mut weights = vec![0.1f32; dots];
+            weights[at] = bad;
+            let before = snapshot(&m);
+            let req = Request::new(AdjustRequest {
+                minibatches: vec![b.clone()],
+                scaled_weights: colonnade_proto::encode_f16(&weights),
+                ..AdjustRequest::default()
+            });
+            let e = s.adjust(req).await.expect_err("refused");
+            assert_eq!(e.code(), tonic::Code::InvalidArgument);
+            assert!(
+                e.message().contains(&format!("weight {at} is {bad}")),
+                "{}",
+                e.message()
+            );
+            assert_eq!(snapshot(&m), before, "nothing applied");
+        }
     }
 
     #[tokio::test]

@@ -202,13 +202,6 @@ fn shared_negatives_spread_each_target_over_its_contexts() {
     shared.draw(&sampler, negative, 9, &call(false));
     cbow.draw(&sampler, negative, 9, &call(true));
     let context_counts = [2u32, 1, 3, 1, 1, 2];
-    let first: Vec<u32> = context_counts
-        .iter()
-        .scan(0, |a, &c| {
-            *a += c;
-            Some(*a - c)
-        })
-        .collect();
     let slots_of = |p: &Plan| {
         let mut s = vec![u32::MAX; p.len()];
         for &(w, slot) in &p.plan {
@@ -216,16 +209,7 @@ fn shared_negatives_spread_each_target_over_its_contexts() {
         }
         s
     };
-    let (cbow_rows, cbow_positions) = (cbow.rows_by_wire(), slots_of(&cbow));
-    let (mut rows, mut slots, mut alphas) = (Vec::new(), Vec::new(), Vec::new());
-    for k in 0..cbow.len() {
-        let p = cbow_positions[k] as usize;
-        for j in 0..context_counts[p] {
-            rows.push(cbow_rows[k]);
-            slots.push(first[p] + j);
-            alphas.push(cbow.alphas[k]);
-        }
-    }
+    let (rows, slots, alphas) = spread_by_hand(&cbow, &context_counts);
     assert_eq!(shared.len(), 10 * (negative + 1));
     assert_eq!(shared.examples(), 10, "one positive per pair");
     assert_eq!(shared.rows_by_wire(), rows);
@@ -267,5 +251,94 @@ proptest! {
         let mut tmp = vec![7; 3];
         sort_by_row(&mut keys, &mut tmp);
         prop_assert_eq!(keys, want);
+    }
+}
+
+/// The CBOW plan `cbow` spread by hand over each position's context words
+/// (`context_counts`): per dot product in wire order, its row, its context
+/// entry (the index of its context word among the call's) and its α.
+fn spread_by_hand(cbow: &Plan, context_counts: &[u32]) -> (Vec<u32>, Vec<u32>, Vec<f32>) {
+    let first: Vec<u32> = context_counts
+        .iter()
+        .scan(0, |a, &c| {
+            *a += c;
+            Some(*a - c)
+        })
+        .collect();
+    let mut cbow_positions = vec![u32::MAX; cbow.len()];
+    for &(w, p) in &cbow.plan {
+        cbow_positions[w as usize] = p;
+    }
+    let cbow_rows = cbow.rows_by_wire();
+    let (mut rows, mut entries, mut alphas) = (Vec::new(), Vec::new(), Vec::new());
+    for k in 0..cbow.len() {
+        let p = cbow_positions[k] as usize;
+        for j in 0..context_counts[p] {
+            rows.push(cbow_rows[k]);
+            entries.push(first[p] + j);
+            alphas.push(cbow.alphas[k]);
+        }
+    }
+    (rows, entries, alphas)
+}
+
+/// The spread against the CBOW plan of the same call (its targets, one per
+/// position, each spread by hand over the position's context words), on
+/// calls whose positions have 1 to 20 context words (the spread writes up
+/// to `SPREAD_WIDTH` of them in one copy and more one by one), planned one
+/// after another into the same plans, a large call, a small one, then a
+/// large one again: what a write puts past a position's own dot products
+/// never survives into the plan, whatever the last call left in the buffers.
+#[test]
+fn shared_negatives_spread_matches_the_cbow_plan_at_every_width() {
+    let counts: Vec<u64> = (1..=300u64).map(|r| 90_000 / r).collect();
+    let sampler = NegativeSampler::new(&counts, 0.75).expect("sampler");
+    let negative = 5;
+    let call = |seed: u64, positions: u32, cbow: bool| {
+        let mbs: Vec<Minibatch> = (0..3u64)
+            .map(|m| {
+                let inputs: Vec<u32> = (0..positions).map(|p| (p * 37 + m as u32) % 300).collect();
+                let context_counts: Vec<u32> = (0..positions)
+                    .map(|p| 1 + (p * 7 + m as u32) % 20)
+                    .collect();
+                let n: u32 = context_counts.iter().sum();
+                let outputs: Vec<u32> = (0..n).map(|i| (i * 13 + 5) % 300).collect();
+                Minibatch {
+                    seed: seed + m,
+                    alpha: 0.5 / (m + 1) as f32,
+                    inputs,
+                    context_counts,
+                    outputs,
+                    objective: Objective::from_cbow(cbow),
+                    shared_negatives: !cbow,
+                    ..Minibatch::default()
+                }
+            })
+            .collect();
+        mbs
+    };
+    let (mut shared, mut cbow) = (Plan::default(), Plan::default());
+    for (seed, positions) in [(11, 90), (12, 7), (13, 120)] {
+        shared.draw(&sampler, negative, 9, &call(seed, positions, false));
+        cbow.draw(&sampler, negative, 9, &call(seed, positions, true));
+        let context_counts: Vec<u32> = call(seed, positions, true)
+            .iter()
+            .flat_map(|mb| mb.context_counts.clone())
+            .collect();
+        let (rows, entries, alphas) = spread_by_hand(&cbow, &context_counts);
+        let pairs: usize = context_counts.iter().map(|&c| c as usize).sum();
+        assert_eq!(shared.len(), pairs * (negative + 1), "{seed}");
+        assert_eq!(shared.plan.len(), shared.len(), "{seed}");
+        assert_eq!(shared.rows_by_wire(), rows, "{seed}");
+        let mut words = vec![u32::MAX; shared.len()];
+        for &(w, slot) in &shared.plan {
+            words[w as usize] = shared.slots()[slot as usize];
+        }
+        let contexts: Vec<u32> = entries
+            .iter()
+            .map(|&e| shared.contexts[e as usize])
+            .collect();
+        assert_eq!(words, contexts, "{seed}");
+        assert_eq!(shared.alphas, alphas, "{seed}");
     }
 }
