@@ -120,7 +120,7 @@ impl ModelShards for InProcessShards {
             ));
             return Err(self.failed(0, "adjust", e));
         }
-        self.plan.weights(scaled, &mut self.weights, |_| ());
+        self.plan.weights(scaled, &mut self.weights);
         for (i, m) in self.models.iter().enumerate() {
             m.adjust(&mut self.plan, &self.weights, false, &mut self.scratch)
                 .map_err(|e| CallError::from_shard(&name(i), i, self.models.len(), "adjust", e))?;

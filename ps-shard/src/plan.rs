@@ -502,9 +502,9 @@ impl Plan {
             for &(k, p) in &self.targets[start..end as usize] {
                 let (wire, first) = (self.target_wire[k as usize], self.context_start[p as usize]);
                 let (first, c) = (first as usize, counts[p as usize] as usize);
-                let whole = (c <= SPREAD_WIDTH)
-                    .then(|| slot_of.get(first..first + SPREAD_WIDTH))
-                    .flatten()
+                let whole = slot_of
+                    .get(first..first + SPREAD_WIDTH)
+                    .filter(|_| c <= SPREAD_WIDTH)
                     .and_then(|s| <&[u32; SPREAD_WIDTH]>::try_from(s).ok());
                 match (whole, self.plan.get_mut(at..at + SPREAD_WIDTH)) {
                     (Some(slots), Some(out)) => {
@@ -720,24 +720,20 @@ impl Plan {
     }
 
     /// The weights G of the call from its scaled weights (G ÷ α, wire
-    /// order, as they travel), into `out`: each times its α in the plan;
-    /// `seen` sees every scaled weight on the way (the caller's checks,
-    /// in the same pass).
-    pub fn weights(&self, scaled: &[f32], out: &mut Vec<f32>, seen: impl FnMut(f32)) {
+    /// order, as they travel), into `out`: each times its α in the plan.
+    pub fn weights(&self, scaled: &[f32], out: &mut Vec<f32>) {
         out.clear();
-        self.extend_weights(scaled, out, seen);
+        self.extend_weights(scaled, out);
     }
 
     /// [`Plan::weights`] a block at a time: the weights of the scaled
     /// weights `scaled` that follow the `out.len()` already in `out`,
     /// appended to it (the shard's service unpacks the wire's half floats a
-    /// block at a time into this, with no array of them between).
-    pub fn extend_weights(&self, scaled: &[f32], out: &mut Vec<f32>, mut seen: impl FnMut(f32)) {
+    /// block at a time into this, with no array of them between, and checks
+    /// each block before: a check inside this product kept it scalar).
+    pub fn extend_weights(&self, scaled: &[f32], out: &mut Vec<f32>) {
         let alphas = self.alphas.get(out.len()..).unwrap_or_default();
-        out.extend(scaled.iter().zip(alphas).map(|(&g, &a)| {
-            seen(g);
-            a * g
-        }));
+        out.extend(scaled.iter().zip(alphas).map(|(&g, &a)| a * g));
     }
 
     /// The output row of every dot product, in wire order (for tests and

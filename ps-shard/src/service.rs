@@ -260,7 +260,7 @@ fn weights_of(raw: &[u8], plan: &Plan, weights: &mut Vec<f32>) -> Result<(), Sha
                 .map(|j| (at + j, block[j]));
         }
         at += block.len();
-        plan.extend_weights(block, weights, |_| ());
+        plan.extend_weights(block, weights);
     })
     .map_err(ShardError::from)?;
     if let Some((i, g)) = outside {

@@ -171,7 +171,7 @@ mod tests {
                     colonnade_common::sgns::wire_scaled_weight(g)
                 })
                 .collect();
-            p.weights(&scaled, &mut weights, |_| ());
+            p.weights(&scaled, &mut weights);
             for m in split {
                 m.adjust(&mut p, &weights, false, &mut s).expect("adjust");
             }

@@ -294,8 +294,8 @@ fn shared_negatives_spread_matches_the_cbow_plan_at_every_width() {
     let counts: Vec<u64> = (1..=300u64).map(|r| 90_000 / r).collect();
     let sampler = NegativeSampler::new(&counts, 0.75).expect("sampler");
     let negative = 5;
-    let call = |seed: u64, positions: u32, cbow: bool| {
-        let mbs: Vec<Minibatch> = (0..3u64)
+    let call = |seed: u64, positions: u32, cbow: bool| -> Vec<Minibatch> {
+        (0..3u64)
             .map(|m| {
                 let inputs: Vec<u32> = (0..positions).map(|p| (p * 37 + m as u32) % 300).collect();
                 let context_counts: Vec<u32> = (0..positions)
@@ -314,8 +314,7 @@ fn shared_negatives_spread_matches_the_cbow_plan_at_every_width() {
                     ..Minibatch::default()
                 }
             })
-            .collect();
-        mbs
+            .collect()
     };
     let (mut shared, mut cbow) = (Plan::default(), Plan::default());
     for (seed, positions) in [(11, 90), (12, 7), (13, 120)] {
