@@ -28,6 +28,7 @@ pub mod health;
 pub mod identity;
 pub mod interrupt;
 pub mod local;
+pub mod losswatch;
 pub mod models;
 pub mod preflight;
 pub mod run;

@@ -5,7 +5,7 @@
 
 use crate::checkpointer::GrpcCheckpointer;
 use crate::cli::train::{
-    check_outputs, in_flight, minibatches_per_call, validate, InFlightBudget, TrainArgs,
+    calls_in_flight, check_outputs, minibatches_per_call, validate, InFlightBudget, TrainArgs,
 };
 use crate::cluster::{recoverable, Begin, Cluster, Session, Worker};
 use crate::identity::RunRecord;
@@ -380,8 +380,8 @@ fn model_spec(vocab: &VocabCounts, args: &TrainArgs) -> ModelSpec {
 
 /// The training parameters of `args`, with `threads` training threads.
 fn train_params(args: &TrainArgs, threads: usize, in_process: bool) -> TrainParams {
-    let budget = InFlightBudget::of(args.cbow);
-    let calls = threads * in_flight(args.in_flight, threads, args.num_workers, budget);
+    let budget = InFlightBudget::of(args.cbow, args.alpha);
+    let calls = calls_in_flight(args.in_flight, threads, args.num_workers, budget);
     TrainParams {
         window: args.window,
         negative: args.negative,

@@ -6,6 +6,7 @@
 //! the weights α(1−σ(F⁺)) and −ασ(F⁻) (and the loss) computed here, then
 //! `adjust` on every shard with the same seed.
 
+use crate::losswatch::{LossWatch, Rise};
 use crate::stream::{
     form_minibatches, BatchFormer, Job, Schedule, Skip, Source, Spent, StreamParams,
 };
@@ -77,6 +78,8 @@ pub struct Progress {
     recent: Mutex<(f64, u64, Option<f64>)>,
     /// Per epoch: Σ loss and pairs of its sampled minibatches.
     epoch_loss: Mutex<Vec<(f64, u64)>>,
+    /// The sampled loss, watched for divergence.
+    loss_watch: Mutex<LossWatch>,
     pub alpha_bits: AtomicU64,
     /// The newest epoch a minibatch was trained in (0-based).
     epoch: AtomicU64,
@@ -170,6 +173,44 @@ impl Progress {
                 e[epoch].0 += loss;
                 e[epoch].1 += n as u64;
             }
+        }
+    }
+
+    /// Adds a call's sampled `loss` (if it was sampled) to the worker's
+    /// [`LossWatch`]: why training has diverged, naming the call's first
+    /// minibatch, once an epoch's loss has risen above the one before's
+    /// (and on every sampled call after).
+    fn watch_loss(&self, loss: Option<(f64, usize)>, mbs: &[Minibatch]) -> Option<String> {
+        let (sum, n) = loss?;
+        let mb = mbs.first()?;
+        let Rise {
+            epoch,
+            before,
+            after,
+        } = self
+            .loss_watch
+            .lock()
+            .ok()?
+            .add(mb.id.epoch, sum, n as u64)?;
+        Some(format!(
+            "training diverged by {}: the mean loss per example rose from {before:.3} in epoch \
+             {epoch} to {after:.3} in epoch {}, on the same text, with every dot product u·v \
+             under {DIVERGED_DOT:e} (learning rate α is now {}). Try a lower --alpha or fewer \
+             minibatches in flight (--in-flight, --minibatches-per-call, --threads); `colonnade \
+             train --rollback` resumes every shard from the newest checkpoint they all hold",
+            mb.origin(),
+            epoch + 1,
+            mb.alpha
+        ))
+    }
+
+    /// Counters whose loss watch compares epochs of at least `examples`
+    /// sampled examples instead of [`crate::losswatch::MIN_EXAMPLES`] (tests
+    /// on small corpora).
+    pub fn watching_loss_from(examples: u64) -> Self {
+        Self {
+            loss_watch: Mutex::new(LossWatch::new(examples)),
+            ..Self::default()
         }
     }
 
@@ -590,10 +631,16 @@ impl Sgns {
         // Either path applies the same updates: every dot product's weight
         // under the divergence rule (`applied_weight`: none for a diverged
         // one); then a call with a diverged dot product stops training.
-        let diverged = if shards.fused_step(mbs, &mut self.dots).await? {
+        // A loss that rose from one epoch to the next ([`LossWatch`]) stops
+        // the run as a diverged dot product does, after this call's updates.
+        let (diverged, loss) = if shards.fused_step(mbs, &mut self.dots).await? {
             // The shards weighed and applied the dot products themselves.
             self.check_count(examples, mbs.len())?;
-            self.divergence(mbs)
+            let loss = self.sampled_loss(examples);
+            let diverged = self
+                .divergence(mbs)
+                .or_else(|| progress.watch_loss(loss, mbs));
+            (diverged, loss)
         } else {
             shards.dotprod(mbs, &mut self.dots).await?;
             self.check_count(examples, mbs.len())?;
@@ -604,18 +651,20 @@ impl Sgns {
                     .enumerate()
                     .map(|(t, &f)| applied_weight(f, t < examples)),
             );
-            let diverged = self.divergence(mbs);
+            let loss = self.sampled_loss(examples);
+            let diverged = self
+                .divergence(mbs)
+                .or_else(|| progress.watch_loss(loss, mbs));
             if let Some(why) = &diverged {
                 // The shards mark the model with it: no worker trains on.
                 shards.note_divergence(why);
             }
             shards.adjust(mbs, &self.scaled).await?;
-            diverged
+            (diverged, loss)
         };
         if let Some(why) = diverged {
             bail!("{why}");
         }
-        let loss = self.sampled_loss(examples);
         let (sent, received) = shards.wire_bytes();
         progress.record_bytes(sent - sent0, received - received0);
         for (i, mb) in mbs.iter().enumerate() {

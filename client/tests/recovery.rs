@@ -491,6 +491,147 @@ async fn a_diverged_model_is_refused_until_rolled_back() {
     }
 }
 
+/// The shards of `inner` training epoch 2 to tell every positive pair
+/// from its context (its weight 1 − σ(F) sent as −σ(F), as a negative's),
+/// and epochs 1 and 3 as the worker says: a model that breaks within an
+/// epoch while its dot products stay small (a pushed-apart pair's weight
+/// vanishes as σ(F) does), as stale steps at a high rate broke one
+/// (docs/benchmarks.md, "Minibatches in flight at alpha 0.05 over five
+/// epochs").
+struct Ascent {
+    inner: GrpcShards,
+}
+
+impl ModelShards for Ascent {
+    const BLOCKING: bool = false;
+
+    fn pipeline(&self) -> Self {
+        Self {
+            inner: self.inner.pipeline(),
+        }
+    }
+
+    fn negative(&self) -> usize {
+        self.inner.negative()
+    }
+
+    async fn dotprod(&mut self, mbs: &[Minibatch], dots: &mut Vec<f32>) -> Result<(), CallError> {
+        self.inner.dotprod(mbs, dots).await
+    }
+
+    async fn adjust(&mut self, mbs: &[Minibatch], scaled: &[f32]) -> Result<(), CallError> {
+        if mbs.first().is_some_and(|mb| mb.id.epoch == 1) {
+            // The positives come first, one per example.
+            let examples: usize = mbs.iter().map(Minibatch::examples).sum();
+            let apart: Vec<f32> = scaled
+                .iter()
+                .enumerate()
+                .map(|(t, &w)| if t < examples { w - 1.0 } else { w })
+                .collect();
+            self.inner.adjust(mbs, &apart).await
+        } else {
+            self.inner.adjust(mbs, scaled).await
+        }
+    }
+
+    fn note_divergence(&mut self, why: &str) {
+        self.inner.note_divergence(why);
+    }
+
+    fn wire_bytes(&self) -> (u64, u64) {
+        self.inner.wire_bytes()
+    }
+}
+
+/// A model whose loss rises from one epoch to the next while every dot
+/// product stays under the divergence rule's 10⁴ stops the run with the
+/// divergence error naming the loss, and the shards refuse training on it,
+/// as for a diverged dot product; before the loss was watched such a run
+/// ended without an error on a broken model.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_loss_that_climbs_under_the_dot_product_rule_stops_the_run() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let corpus = sample_corpus(dir.path(), 60_000);
+    let vocab = Arc::new(vocab_of(&corpus, 2));
+    let mut p = params(7);
+    p.iter = 3;
+    p.alpha = 0.05;
+    let shards = [shard(None).await, shard(None).await];
+    let mut cluster = connect(&shards).await;
+    let counts = vocab.counts_only();
+    let fp = cluster
+        .create(spec_of(&counts, &p), counts, Duration::from_secs(5))
+        .await
+        .expect("create");
+    let session = reconcile(&cluster, Begin::Resume).await;
+    let inner = cluster
+        .pipelines(session.lineage, Duration::from_secs(30))
+        .expect("pipelines");
+    // Epochs of 500 sampled examples count (a real run's need 10,000).
+    let progress = Arc::new(Progress::watching_loss_from(500));
+    let err = train(
+        Ascent { inner },
+        vocab.counts_only(),
+        Source::Text(vec![corpus.clone()], Arc::clone(&vocab)),
+        p,
+        Arc::clone(&progress),
+        Arc::new(Tracker::new(Position::default())),
+        NoCheckpoints,
+    )
+    .await
+    .expect_err("a climbing loss stops training");
+    let msg = format!("{err:#}");
+    assert!(
+        msg.contains("training diverged")
+            && msg.contains("rose from")
+            && msg.contains("in epoch 2"),
+        "{msg}"
+    );
+    assert_eq!(
+        progress.epoch(),
+        2,
+        "stopped as epoch 3 began, after epoch 2's loss rose: {msg}"
+    );
+    // Every dot product was still small: the dot-product rule alone would
+    // have trained on.
+    let u = assemble(
+        &[Arc::clone(&shards[0].core), Arc::clone(&shards[1].core)],
+        fp,
+        Matrix::Input,
+        vocab.len() as u64,
+    );
+    let v = assemble(
+        &[Arc::clone(&shards[0].core), Arc::clone(&shards[1].core)],
+        fp,
+        Matrix::Output,
+        vocab.len() as u64,
+    );
+    let dim = crate::common::DIM as usize;
+    let norm = |m: &[f32]| {
+        m.chunks(dim)
+            .map(|r| r.iter().map(|x| x * x).sum::<f32>().sqrt())
+            .fold(0.0f32, f32::max)
+    };
+    assert!(
+        norm(&u) * norm(&v) < 1e4,
+        "no dot product can pass 10^4: |u| {} |v| {}",
+        norm(&u),
+        norm(&v)
+    );
+    // The shards refuse the next training call, naming the way out.
+    let mut other = cluster
+        .pipelines(session.lineage, Duration::from_secs(30))
+        .expect("pipelines");
+    let refused = other
+        .dotprod(&[one_pair()], &mut Vec::new())
+        .await
+        .expect_err("a diverged model takes no training");
+    assert!(refused.is_divergence(), "{refused}");
+    for s in shards {
+        s.stop().await;
+    }
+}
+
 /// Another worker's first call in flight when a worker starts: its adjust
 /// has reached one shard and not yet the other. That is no disagreement:
 /// the starting worker reads again and trains on, where it used to roll

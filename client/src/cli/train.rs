@@ -155,9 +155,12 @@ pub struct TrainArgs {
     /// hide the round trips to the shards. Default: 4, or fewer (not below
     /// 2) when all --num-workers workers' threads at 4 minibatches per call
     /// would pass 256 minibatches in flight (docs/benchmarks.md, "Calls in
-    /// flight across a network"); with --cbow, as many (at least 1) as keep
-    /// them at 8 (docs/benchmarks.md, "CBOW's calls in flight over
-    /// processes").
+    /// flight across a network"); above --alpha 0.025 (skip-gram), as many
+    /// (at least 1) as keep them at 256·(0.025/alpha)³, 32 at 0.05, in at
+    /// most 8 calls across the workers, fewer than threads if need be
+    /// (docs/benchmarks.md, "Minibatches in flight at alpha 0.05 over five
+    /// epochs"); with --cbow, at 8 (docs/benchmarks.md, "CBOW's calls in
+    /// flight over processes").
     #[arg(long, help_heading = "Shards and workers", env = "COLONNADE_IN_FLIGHT", value_parser = clap::value_parser!(u32).range(1..=64))]
     pub in_flight: Option<u32>,
     /// Minibatches per call (shards reached over gRPC): sent in one dotprod
@@ -165,8 +168,9 @@ pub struct TrainArgs {
     /// costs are paid once for all of them. Minibatches in flight per
     /// worker: threads × --in-flight × this. Default: the most (up to 4)
     /// that keeps all --num-workers workers together at or under 256 in
-    /// flight, up to which quality holds (docs/benchmarks.md, "Quality
-    /// against minibatches in flight"); with --cbow, at or under 8.
+    /// flight, up to which quality holds at --alpha 0.025 (docs/benchmarks.md,
+    /// "Quality against minibatches in flight"); above it (skip-gram) at or
+    /// under 256·(0.025/alpha)³, 32 at 0.05; with --cbow, at or under 8.
     #[arg(long, help_heading = "Shards and workers", env = "COLONNADE_MINIBATCHES_PER_CALL", value_parser = clap::value_parser!(u32).range(1..=256))]
     pub minibatches_per_call: Option<u32>,
     /// Input words per minibatch: a minibatch's updates are applied at its
@@ -563,13 +567,41 @@ pub fn check_outputs(args: &TrainArgs) -> anyhow::Result<()> {
     colonnade_exporter::outputs::check_outputs(&inputs, &outputs)
 }
 
-/// Minibatches in flight across all workers of a model up to which quality
-/// holds (docs/benchmarks.md, "Quality against minibatches in flight": 256
+/// Minibatches in flight across all workers of a model up to which
+/// skip-gram's quality holds at learning rates up to [`SAFE_ALPHA`]
+/// (docs/benchmarks.md, "Quality against minibatches in flight": 256
 /// trained as well as 16 once crowded shards refresh their weights; 1,024
 /// within 0.3 points, but diverged at `--sample 1e-3` in a variant that
-/// refreshed every call): the default of --minibatches-per-call keeps under
-/// it.
+/// refreshed every call; 256 and 128 also trained five epochs at alpha
+/// 0.025 within the bar): the default of --minibatches-per-call keeps under
+/// it. Above [`SAFE_ALPHA`] it shrinks ([`skip_gram_in_flight`]).
 pub const MAX_SAFE_IN_FLIGHT: u64 = 256;
+
+/// The learning rate up to which skip-gram keeps [`MAX_SAFE_IN_FLIGHT`]
+/// minibatches in flight: word2vec's default for it.
+pub const SAFE_ALPHA: f32 = 0.025;
+
+/// Skip-gram's minibatches in flight across all workers at learning rate
+/// `alpha`: [`MAX_SAFE_IN_FLIGHT`] up to [`SAFE_ALPHA`], then
+/// 256·(0.025/α)³, 32 at 0.05. At alpha 0.05 over five epochs (2
+/// `ps-shard` processes, 8 threads, part 01, seed 1) 32 in flight trained
+/// within 0.2 analogy points of gensim as 8 calls of 4 and within 0.9 as 16
+/// calls of 2, 64 as 8 calls of 8 within 0.7, while 64 as 16 calls of 4
+/// broke (26.7 % against gensim's 39.5 %) and 128 broke in 3 seeds of 3
+/// (15.5-16.4 %), all without a diverged dot product: the rate a stale step
+/// is taken at multiplies what the steps of the calls in flight do to a
+/// shared row (docs/benchmarks.md, "Minibatches in flight at alpha 0.05
+/// over five epochs"). The cube is fitted to those two rates, 256 at 0.025
+/// and 32 at 0.05, not derived: between and above them it was not measured.
+pub fn skip_gram_in_flight(alpha: f32) -> u64 {
+    if alpha.is_nan() || alpha <= SAFE_ALPHA {
+        return MAX_SAFE_IN_FLIGHT;
+    }
+    let ratio = f64::from(SAFE_ALPHA) / f64::from(alpha);
+    ((MAX_SAFE_IN_FLIGHT as f64) * ratio.powi(3))
+        .round()
+        .max(1.0) as u64
+}
 
 /// [`MAX_SAFE_IN_FLIGHT`] for CBOW: 8. CBOW at word2vec's defaults (alpha
 /// 0.05, sample 1e-3) for 5 epochs over 2 `ps-shard` processes diverged in
@@ -594,22 +626,44 @@ pub struct InFlightBudget {
     pub most: u64,
     /// The fewest calls a thread keeps in flight by default.
     pub least_calls: u64,
+    /// The most calls in flight across all workers by default, where the
+    /// rate needs it ([`MOST_CALLS_ABOVE_SAFE_ALPHA`]): fewer pipelines than
+    /// threads × calls then.
+    pub most_calls: Option<u64>,
 }
 
+/// Skip-gram's calls in flight across all workers above [`SAFE_ALPHA`]: 8,
+/// [`colonnade_ps_shard`]'s `REFRESH_FROM_CALLS`, under which the shards'
+/// counts of pending dot products bound a row's steps. At alpha 0.05 over
+/// five epochs on 2 `ps-shard` processes 8 calls trained at 32 and 64
+/// minibatches in flight, at both samples, and 16 calls broke at 16, 32 and
+/// 64 (calls of 1, 2 and 4; sample 1e-3 and 1e-4), however few minibatches
+/// they held: a worker of 16 threads keeps 8 calls of 4, as one of 8 does
+/// (docs/benchmarks.md, "Minibatches in flight at alpha 0.05 over five
+/// epochs").
+pub const MOST_CALLS_ABOVE_SAFE_ALPHA: u64 = 8;
+
 impl InFlightBudget {
-    /// Skip-gram: [`MAX_SAFE_IN_FLIGHT`], at least 2 calls per thread (a
-    /// thread with one call waits for every round trip); CBOW:
+    /// Skip-gram at learning rate `alpha`: [`skip_gram_in_flight`], at
+    /// least 2 calls per thread up to [`SAFE_ALPHA`] (a thread with one
+    /// call waits for every round trip); above it one, and at most
+    /// [`MOST_CALLS_ABOVE_SAFE_ALPHA`] calls in all, where calls of more
+    /// minibatches trained and more calls of fewer did not; CBOW:
     /// [`MAX_SAFE_CBOW_IN_FLIGHT`], one call per thread where it must.
-    pub fn of(cbow: bool) -> Self {
+    pub fn of(cbow: bool, alpha: f32) -> Self {
         if cbow {
             Self {
                 most: MAX_SAFE_CBOW_IN_FLIGHT,
                 least_calls: 1,
+                most_calls: None,
             }
         } else {
+            let most = skip_gram_in_flight(alpha);
+            let fast = most < MAX_SAFE_IN_FLIGHT;
             Self {
-                most: MAX_SAFE_IN_FLIGHT,
-                least_calls: 2,
+                most,
+                least_calls: if fast { 1 } else { 2 },
+                most_calls: fast.then_some(MOST_CALLS_ABOVE_SAFE_ALPHA),
             }
         }
     }
@@ -640,6 +694,26 @@ pub fn in_flight(
     }
 }
 
+/// The calls (pipelines) a worker of `threads` threads keeps in flight:
+/// `threads` × [`in_flight`], and with --in-flight not given at most the
+/// budget's share of [`InFlightBudget::most_calls`] among the `workers`
+/// (at least one).
+pub fn calls_in_flight(
+    given: Option<u32>,
+    threads: usize,
+    workers: u64,
+    budget: InFlightBudget,
+) -> usize {
+    let calls = threads.max(1) * in_flight(given, threads, workers, budget);
+    match (given, budget.most_calls) {
+        (None, Some(most)) => {
+            let share = usize::try_from((most / workers.max(1)).max(1)).unwrap_or(usize::MAX);
+            calls.min(share)
+        }
+        _ => calls,
+    }
+}
+
 /// `--minibatches-per-call`: as given, else the most up to 4 that keeps the
 /// `workers` workers' `calls` calls each at or under `budget.most`
 /// minibatches in flight (at least 1). Warns when the total exceeds it.
@@ -663,9 +737,9 @@ pub fn minibatches_per_call(
             minibatches_per_call = per_call,
             "{in_flight} minibatches in flight across the workers (threads x --in-flight x \
              --minibatches-per-call x --num-workers), more than the {most} measured to train \
-             as well as fewer (skip-gram: 256, 1,024 within 0.3 analogy points of 16 but \
-             without the margin; CBOW: 8, 32 diverged at alpha 0.05 over 5 epochs); lower \
-             --in-flight, --threads or --minibatches-per-call if it diverges"
+             as well as fewer at this learning rate (skip-gram: 256 up to alpha 0.025, 32 at \
+             0.05, where 64-128 broke over 5 epochs; CBOW: 8, 32 diverged at alpha 0.05 over \
+             5 epochs); lower --in-flight, --threads or --minibatches-per-call if it diverges"
         );
     }
     per_call as usize
@@ -678,6 +752,7 @@ mod tests {
     const SG: InFlightBudget = InFlightBudget {
         most: 256,
         least_calls: 2,
+        most_calls: None,
     };
 
     /// The minibatch of the run's shards: small in process for skip-gram,
@@ -772,10 +847,57 @@ mod tests {
         );
     }
 
+    /// Skip-gram above alpha 0.025 keeps fewer minibatches in flight, 32 at
+    /// 0.05, in at most 8 calls across the workers, the layout measured to
+    /// train there (8 calls of 4), whatever the threads; at 0.025 and
+    /// below, the 256 of before.
+    #[test]
+    fn skip_gram_keeps_8_calls_of_4_at_alpha_0_05() {
+        use super::{calls_in_flight, skip_gram_in_flight, MAX_SAFE_IN_FLIGHT};
+        assert_eq!(skip_gram_in_flight(0.025), MAX_SAFE_IN_FLIGHT);
+        assert_eq!(skip_gram_in_flight(0.01), MAX_SAFE_IN_FLIGHT);
+        assert_eq!(skip_gram_in_flight(0.05), 32);
+        assert_eq!(skip_gram_in_flight(0.0375), 76, "256 · (2/3)³");
+        assert_eq!(skip_gram_in_flight(0.1), 4);
+        assert_eq!(skip_gram_in_flight(10.0), 1, "never below one");
+        assert_eq!(skip_gram_in_flight(f32::NAN), MAX_SAFE_IN_FLIGHT);
+        let fast = InFlightBudget::of(false, 0.05);
+        assert_eq!((fast.least_calls, fast.most_calls), (1, Some(8)));
+        // (threads, workers) -> (calls per worker, minibatches per call)
+        for (threads, workers, calls, per) in [
+            (2, 1, 8, 4),
+            (8, 1, 8, 4),
+            (16, 1, 8, 4),
+            (4, 2, 4, 4),
+            (8, 2, 4, 4),
+            (2, 16, 1, 2),
+        ] {
+            let c = calls_in_flight(None, threads, workers, fast);
+            let p = minibatches_per_call(None, c, workers, fast);
+            assert_eq!((c, p), (calls, per), "{threads} threads, {workers} workers");
+            assert_eq!((c * p) as u64 * workers, 32);
+        }
+        assert_eq!(
+            calls_in_flight(Some(2), 16, 1, fast),
+            32,
+            "a given --in-flight is kept"
+        );
+        // At the default rate, as before: 16 threads keep 4 calls of 4.
+        let default = InFlightBudget::of(false, 0.025);
+        assert_eq!(default.most_calls, None);
+        assert_eq!(calls_in_flight(None, 16, 1, default), 64);
+        assert_eq!(minibatches_per_call(None, 64, 1, default), 4);
+    }
+
     #[test]
     fn cbow_defaults_keep_the_workers_at_8_in_flight_with_one_call_per_thread_at_least() {
-        let cbow = InFlightBudget::of(true);
-        assert_eq!(InFlightBudget::of(false), SG);
+        let cbow = InFlightBudget::of(true, 0.05);
+        assert_eq!(
+            cbow,
+            InFlightBudget::of(true, 0.025),
+            "CBOW's is 8 at any rate"
+        );
+        assert_eq!(InFlightBudget::of(false, 0.025), SG);
         // (threads, workers) -> (calls per thread, minibatches per call)
         for (threads, workers, calls, per) in [
             (1, 1, 2, 4),

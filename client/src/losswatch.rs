@@ -1,0 +1,171 @@
+//! The divergence a dot product does not show: a model that breaks with
+//! every |u·v| still under `colonnade_common::sgns::DIVERGED_DOT`, seen in
+//! its loss from one epoch to the next ([`LossWatch`]). Counts only:
+//! nothing here reads the model.
+//!
+//! Skip-gram at alpha 0.05 over 5 epochs with 128 minibatches in flight
+//! over 2 `ps-shard` processes broke that way in 3 seeds of 3: the sampled
+//! loss per example went from 2.9-3.4 in epoch 1 to 5.4-5.5 in epoch 2, no
+//! dot product passed 10⁴, and the run ended without an error at 16 %
+//! analogy accuracy against gensim's 39 % (docs/benchmarks.md, "Minibatches
+//! in flight at alpha 0.05 over five epochs").
+
+/// How far (nats per example) an epoch's mean sampled loss may rise above
+/// the epoch before it before the run counts as diverged. Each epoch trains
+/// on the same text as the one before, at a lower rate, after it: a healthy
+/// model's loss on it falls (or stays level where the rate is low). The
+/// broken runs rose 0.8 (3.28 to 4.10, ending at 29 % analogy) and 2.6
+/// (2.87 to 5.50, 16 %).
+pub const RISE: f64 = 0.25;
+
+/// Sampled examples an epoch needs for its mean to count: below it an
+/// epoch (a tiny corpus, a resumed run's part epoch) is not compared.
+pub const MIN_EXAMPLES: u64 = 10_000;
+
+/// A rise of the loss from one epoch to the next.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Rise {
+    /// The epoch whose loss rose (0-based).
+    pub epoch: u64,
+    /// Its mean sampled loss per example, and the epoch before's.
+    pub before: f64,
+    pub after: f64,
+}
+
+/// Watches one worker's sampled loss, epoch by epoch: it has diverged when
+/// an epoch's mean loss per example is [`RISE`] above the epoch before's.
+/// An epoch is compared once the next one has begun (its first sampled
+/// call), so a rise in a run's last epoch is not seen. Within an epoch the
+/// loss moves with the text (blocks of one call's examples ranged from 1.9
+/// to 4.6 nats in a healthy run at alpha 0.05, and rose above an untrained
+/// model's loss early in a run that ended within 0.2 analogy points of
+/// gensim), so nothing finer than an epoch is compared.
+#[derive(Debug)]
+pub struct LossWatch {
+    /// Per epoch (0-based): Σ sampled loss and examples.
+    epochs: Vec<(f64, u64)>,
+    /// Epochs compared with the one before (each once).
+    compared: u64,
+    /// Examples an epoch needs to be compared.
+    min_examples: u64,
+    /// Once diverged: the rise.
+    tripped: Option<Rise>,
+}
+
+impl Default for LossWatch {
+    fn default() -> Self {
+        Self::new(MIN_EXAMPLES)
+    }
+}
+
+impl LossWatch {
+    /// A watch comparing epochs of at least `min_examples` sampled examples
+    /// (default [`MIN_EXAMPLES`]).
+    pub fn new(min_examples: u64) -> Self {
+        Self {
+            epochs: Vec::new(),
+            compared: 0,
+            min_examples: min_examples.max(1),
+            tripped: None,
+        }
+    }
+
+    /// Adds a sampled call of `epoch` (0-based): its summed `loss` over
+    /// `examples` examples. Returns the rise once (and after) an epoch's
+    /// loss has risen.
+    pub fn add(&mut self, epoch: u64, loss: f64, examples: u64) -> Option<Rise> {
+        if self.tripped.is_some() {
+            return self.tripped;
+        }
+        let e = usize::try_from(epoch).ok()?;
+        if self.epochs.len() <= e {
+            self.epochs.resize(e + 1, (0.0, 0));
+        }
+        self.epochs[e].0 += loss;
+        self.epochs[e].1 += examples;
+        // Every finished epoch (one before a begun one) against its
+        // predecessor, once.
+        while self.compared + 1 < epoch {
+            self.compared += 1;
+            let (b, a) = (self.compared as usize - 1, self.compared as usize);
+            let mean = |(sum, n): (f64, u64)| (n >= self.min_examples).then(|| sum / n as f64);
+            if let (Some(before), Some(after)) = (mean(self.epochs[b]), mean(self.epochs[a])) {
+                if after.is_nan() || after > before + RISE {
+                    self.tripped = Some(Rise {
+                        epoch: self.compared,
+                        before,
+                        after,
+                    });
+                    break;
+                }
+            }
+        }
+        self.tripped
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Feeds each epoch of `means` as calls of 1,000 examples, `calls` each.
+    fn feed(w: &mut LossWatch, means: &[f64], calls: u64) -> Option<Rise> {
+        let mut last = None;
+        for (e, &m) in means.iter().enumerate() {
+            for _ in 0..calls {
+                last = w.add(e as u64, m * 1_000.0, 1_000);
+            }
+        }
+        last
+    }
+
+    #[test]
+    fn a_falling_or_level_loss_never_trips() {
+        let mut w = LossWatch::default();
+        assert_eq!(feed(&mut w, &[3.3, 2.9, 2.8, 2.8, 2.75, 2.95], 20), None);
+        assert_eq!(w.compared, 4, "the last epoch is not compared");
+    }
+
+    #[test]
+    fn an_epoch_whose_loss_rose_trips_when_the_next_begins() {
+        let mut w = LossWatch::default();
+        // The broken run of docs/benchmarks.md: 2.87, then 5.50.
+        assert_eq!(
+            feed(&mut w, &[2.87, 5.50], 20),
+            None,
+            "epoch 2 not done yet"
+        );
+        let rise = w.add(2, 5.4 * 1_000.0, 1_000).expect("epoch 3 begun");
+        assert_eq!(rise.epoch, 1);
+        assert!((rise.before - 2.87).abs() < 1e-9 && (rise.after - 5.50).abs() < 1e-9);
+        assert_eq!(w.add(2, 1.0, 1), Some(rise), "once tripped, it stays");
+        // A rise just above RISE trips, one at it does not.
+        let mut w = LossWatch::default();
+        assert_eq!(feed(&mut w, &[3.0, 3.0 + RISE, 3.0], 20), None);
+        let mut w = LossWatch::default();
+        assert!(feed(&mut w, &[3.0, 3.0 + RISE + 0.01, 3.0], 20).is_some());
+    }
+
+    #[test]
+    fn small_epochs_and_a_skipped_epoch_count_for_nothing() {
+        let mut w = LossWatch::default();
+        // 5 calls of 1,000: under MIN_EXAMPLES.
+        assert_eq!(feed(&mut w, &[3.0, 9.0, 3.0], 5), None);
+        let mut w = LossWatch::new(100);
+        assert!(feed(&mut w, &[3.0, 9.0, 3.0], 5).is_some());
+        // A worker resumed in epoch 3: epochs 1 and 2 have no examples.
+        let mut w = LossWatch::default();
+        assert_eq!(w.add(2, 3.0 * 20_000.0, 20_000), None);
+        assert_eq!(w.add(3, 9.0 * 20_000.0, 20_000), None);
+        assert!(w.add(4, 1.0, 1).is_some(), "epoch 4 against 3");
+    }
+
+    #[test]
+    fn a_nan_loss_trips() {
+        let mut w = LossWatch::new(1);
+        assert_eq!(w.add(0, 3.0, 1), None);
+        assert_eq!(w.add(1, f64::NAN, 1), None);
+        let rise = w.add(2, 3.0, 1).expect("NaN is no healthy loss");
+        assert!(rise.after.is_nan());
+    }
+}
