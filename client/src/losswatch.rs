@@ -48,6 +48,10 @@ pub struct LossWatch {
     compared: u64,
     /// Examples an epoch needs to be compared.
     min_examples: u64,
+    /// The first epoch this watch saw a call of: a resumed worker's first
+    /// epoch may be its last part only, other text than the next epoch's
+    /// whole, so it is not compared (unless it is the run's first).
+    first: Option<u64>,
     /// Once diverged: the rise.
     tripped: Option<Rise>,
 }
@@ -66,6 +70,7 @@ impl LossWatch {
             epochs: Vec::new(),
             compared: 0,
             min_examples: min_examples.max(1),
+            first: None,
             tripped: None,
         }
     }
@@ -77,6 +82,7 @@ impl LossWatch {
         if self.tripped.is_some() {
             return self.tripped;
         }
+        let first = *self.first.get_or_insert(epoch);
         let e = usize::try_from(epoch).ok()?;
         if self.epochs.len() <= e {
             self.epochs.resize(e + 1, (0.0, 0));
@@ -88,6 +94,9 @@ impl LossWatch {
         while self.compared + 1 < epoch {
             self.compared += 1;
             let (b, a) = (self.compared as usize - 1, self.compared as usize);
+            if first > 0 && b as u64 == first {
+                continue;
+            }
             let mean = |(sum, n): (f64, u64)| (n >= self.min_examples).then(|| sum / n as f64);
             if let (Some(before), Some(after)) = (mean(self.epochs[b]), mean(self.epochs[a])) {
                 if after.is_nan() || after > before + RISE {
@@ -153,11 +162,17 @@ mod tests {
         assert_eq!(feed(&mut w, &[3.0, 9.0, 3.0], 5), None);
         let mut w = LossWatch::new(100);
         assert!(feed(&mut w, &[3.0, 9.0, 3.0], 5).is_some());
-        // A worker resumed in epoch 3: epochs 1 and 2 have no examples.
+        // A worker resumed in epoch 3: epochs 1 and 2 have no examples, and
+        // epoch 3 may be its end only (harder text than the whole, here).
         let mut w = LossWatch::default();
-        assert_eq!(w.add(2, 3.0 * 20_000.0, 20_000), None);
-        assert_eq!(w.add(3, 9.0 * 20_000.0, 20_000), None);
-        assert!(w.add(4, 1.0, 1).is_some(), "epoch 4 against 3");
+        assert_eq!(w.add(2, 2.0 * 20_000.0, 20_000), None);
+        assert_eq!(w.add(3, 3.0 * 20_000.0, 20_000), None);
+        assert_eq!(
+            w.add(4, 9.0 * 20_000.0, 20_000),
+            None,
+            "epoch 3 not compared"
+        );
+        assert!(w.add(5, 1.0, 1).is_some(), "epoch 5 against 4");
     }
 
     #[test]
