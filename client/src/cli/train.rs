@@ -636,11 +636,11 @@ pub struct InFlightBudget {
 /// [`colonnade_ps_shard`]'s `REFRESH_FROM_CALLS`, under which the shards'
 /// counts of pending dot products bound a row's steps. At alpha 0.05 over
 /// five epochs on 2 `ps-shard` processes 8 calls trained at 32 and 64
-/// minibatches in flight, at both samples, and 16 calls broke at 16, 32 and
-/// 64 (calls of 1, 2 and 4; sample 1e-3 and 1e-4), however few minibatches
-/// they held: a worker of 16 threads keeps 8 calls of 4, as one of 8 does
-/// (docs/benchmarks.md, "Minibatches in flight at alpha 0.05 over five
-/// epochs").
+/// minibatches in flight, at both samples, while 16 calls broke at 16 and
+/// 32 (calls of 1 and 2, sample 1e-3) and at 64 (calls of 4, sample 1e-4),
+/// and lost 0.8-0.9 analogy points at 32 with sample 1e-4: a worker of 16
+/// threads keeps 8 calls of 4, as one of 8 does (docs/benchmarks.md,
+/// "Minibatches in flight at alpha 0.05 over five epochs").
 pub const MOST_CALLS_ABOVE_SAFE_ALPHA: u64 = 8;
 
 impl InFlightBudget {
