@@ -76,40 +76,57 @@ impl LossWatch {
     }
 
     /// Adds a sampled call of `epoch` (0-based): its summed `loss` over
-    /// `examples` examples. Returns the rise once (and after) an epoch's
-    /// loss has risen.
-    pub fn add(&mut self, epoch: u64, loss: f64, examples: u64) -> Option<Rise> {
-        if self.tripped.is_some() {
-            return self.tripped;
-        }
-        let first = *self.first.get_or_insert(epoch);
-        let e = usize::try_from(epoch).ok()?;
+    /// `examples` examples.
+    pub fn add(&mut self, epoch: u64, loss: f64, examples: u64) {
+        self.first.get_or_insert(epoch);
+        let Ok(e) = usize::try_from(epoch) else {
+            return;
+        };
         if self.epochs.len() <= e {
             self.epochs.resize(e + 1, (0.0, 0));
         }
         self.epochs[e].0 += loss;
         self.epochs[e].1 += examples;
-        // Every finished epoch (one before a begun one) against its
-        // predecessor, once.
-        while self.compared + 1 < epoch {
+    }
+
+    /// Compares every epoch finished before `epoch` (0-based: the one a
+    /// call now trains in) with its predecessor, once each. Returns the
+    /// rise once (and after) an epoch's loss has risen.
+    pub fn check(&mut self, epoch: u64) -> Option<Rise> {
+        let first = *self.first.get_or_insert(epoch);
+        while self.tripped.is_none() && self.compared + 1 < epoch {
             self.compared += 1;
-            let (b, a) = (self.compared as usize - 1, self.compared as usize);
-            if first > 0 && b as u64 == first {
+            let (b, a) = (self.compared - 1, self.compared);
+            if first > 0 && b == first {
                 continue;
             }
-            let mean = |(sum, n): (f64, u64)| (n >= self.min_examples).then(|| sum / n as f64);
-            if let (Some(before), Some(after)) = (mean(self.epochs[b]), mean(self.epochs[a])) {
+            if let (Some(before), Some(after)) = (self.mean(b), self.mean(a)) {
                 if after.is_nan() || after > before + RISE {
                     self.tripped = Some(Rise {
-                        epoch: self.compared,
+                        epoch: a,
                         before,
                         after,
                     });
-                    break;
                 }
             }
         }
         self.tripped
+    }
+
+    /// Epoch `e`'s mean sampled loss per example, if it has
+    /// `min_examples`.
+    fn mean(&self, e: u64) -> Option<f64> {
+        let &(sum, n) = self.epochs.get(usize::try_from(e).ok()?)?;
+        (n >= self.min_examples).then(|| sum / n as f64)
+    }
+
+    /// Each epoch's mean sampled loss per example (none without examples),
+    /// as the run's summary reports them.
+    pub fn means(&self) -> Vec<Option<f64>> {
+        self.epochs
+            .iter()
+            .map(|&(sum, n)| (n > 0).then(|| sum / n as f64))
+            .collect()
     }
 }
 
@@ -117,12 +134,19 @@ impl LossWatch {
 mod tests {
     use super::*;
 
+    /// A sampled call, checked as the worker checks it, then counted.
+    fn call(w: &mut LossWatch, epoch: u64, loss: f64, examples: u64) -> Option<Rise> {
+        let rise = w.check(epoch);
+        w.add(epoch, loss, examples);
+        rise
+    }
+
     /// Feeds each epoch of `means` as calls of 1,000 examples, `calls` each.
     fn feed(w: &mut LossWatch, means: &[f64], calls: u64) -> Option<Rise> {
         let mut last = None;
         for (e, &m) in means.iter().enumerate() {
             for _ in 0..calls {
-                last = w.add(e as u64, m * 1_000.0, 1_000);
+                last = call(w, e as u64, m * 1_000.0, 1_000);
             }
         }
         last
@@ -144,10 +168,14 @@ mod tests {
             None,
             "epoch 2 not done yet"
         );
-        let rise = w.add(2, 5.4 * 1_000.0, 1_000).expect("epoch 3 begun");
+        let rise = call(&mut w, 2, 5.4 * 1_000.0, 1_000).expect("epoch 3 begun");
         assert_eq!(rise.epoch, 1);
         assert!((rise.before - 2.87).abs() < 1e-9 && (rise.after - 5.50).abs() < 1e-9);
-        assert_eq!(w.add(2, 1.0, 1), Some(rise), "once tripped, it stays");
+        assert_eq!(
+            call(&mut w, 2, 1.0, 1),
+            Some(rise),
+            "once tripped, it stays"
+        );
         // A rise just above RISE trips, one at it does not.
         let mut w = LossWatch::default();
         assert_eq!(feed(&mut w, &[3.0, 3.0 + RISE, 3.0], 20), None);
@@ -165,22 +193,22 @@ mod tests {
         // A worker resumed in epoch 3: epochs 1 and 2 have no examples, and
         // epoch 3 may be its end only (harder text than the whole, here).
         let mut w = LossWatch::default();
-        assert_eq!(w.add(2, 2.0 * 20_000.0, 20_000), None);
-        assert_eq!(w.add(3, 3.0 * 20_000.0, 20_000), None);
+        assert_eq!(call(&mut w, 2, 2.0 * 20_000.0, 20_000), None);
+        assert_eq!(call(&mut w, 3, 3.0 * 20_000.0, 20_000), None);
         assert_eq!(
-            w.add(4, 9.0 * 20_000.0, 20_000),
+            call(&mut w, 4, 9.0 * 20_000.0, 20_000),
             None,
             "epoch 3 not compared"
         );
-        assert!(w.add(5, 1.0, 1).is_some(), "epoch 5 against 4");
+        assert!(call(&mut w, 5, 1.0, 1).is_some(), "epoch 5 against 4");
     }
 
     #[test]
     fn a_nan_loss_trips() {
         let mut w = LossWatch::new(1);
-        assert_eq!(w.add(0, 3.0, 1), None);
-        assert_eq!(w.add(1, f64::NAN, 1), None);
-        let rise = w.add(2, 3.0, 1).expect("NaN is no healthy loss");
+        assert_eq!(call(&mut w, 0, 3.0, 1), None);
+        assert_eq!(call(&mut w, 1, f64::NAN, 1), None);
+        let rise = call(&mut w, 2, 3.0, 1).expect("NaN is no healthy loss");
         assert!(rise.after.is_nan());
     }
 }

@@ -76,10 +76,9 @@ pub struct Progress {
     pub bytes_received: AtomicU64,
     /// Σ loss and pairs since the last report, and the last mean reported.
     recent: Mutex<(f64, u64, Option<f64>)>,
-    /// Per epoch: Σ loss and pairs of its sampled minibatches.
-    epoch_loss: Mutex<Vec<(f64, u64)>>,
-    /// The sampled loss, watched for divergence.
-    loss_watch: Mutex<LossWatch>,
+    /// Per epoch: Σ loss and examples of its sampled calls, watched for
+    /// divergence.
+    epoch_loss: Mutex<LossWatch>,
     pub alpha_bits: AtomicU64,
     /// The newest epoch a minibatch was trained in (0-based).
     epoch: AtomicU64,
@@ -166,32 +165,23 @@ impl Progress {
                 r.1 += n as u64;
             }
             if let Ok(mut e) = self.epoch_loss.lock() {
-                let epoch = mb.id.epoch as usize;
-                if e.len() <= epoch {
-                    e.resize(epoch + 1, (0.0, 0));
-                }
-                e[epoch].0 += loss;
-                e[epoch].1 += n as u64;
+                e.add(mb.id.epoch, loss, n as u64);
             }
         }
     }
 
-    /// Adds a call's sampled `loss` (if it was sampled) to the worker's
-    /// [`LossWatch`]: why training has diverged, naming the call's first
-    /// minibatch, once an epoch's loss has risen above the one before's
-    /// (and on every sampled call after).
-    fn watch_loss(&self, loss: Option<(f64, usize)>, mbs: &[Minibatch]) -> Option<String> {
-        let (sum, n) = loss?;
-        let mb = mbs.first()?;
+    /// On a sampled call, whether the worker's loss has diverged
+    /// ([`LossWatch::check`], the epochs before the call's): why, naming
+    /// the call's first minibatch, once an epoch's loss has risen above the
+    /// one before's (and on every sampled call after). The call's own loss
+    /// counts when it is recorded ([`Progress::record`]).
+    fn watch_loss(&self, sampled: bool, mbs: &[Minibatch]) -> Option<String> {
+        let mb = mbs.first().filter(|_| sampled)?;
         let Rise {
             epoch,
             before,
             after,
-        } = self
-            .loss_watch
-            .lock()
-            .ok()?
-            .add(mb.id.epoch, sum, n as u64)?;
+        } = self.epoch_loss.lock().ok()?.check(mb.id.epoch)?;
         Some(format!(
             "training diverged by {}: the mean loss per example rose from {before:.3} in epoch \
              {epoch} to {after:.3} in epoch {}, on the same text, with every dot product u·v \
@@ -209,7 +199,7 @@ impl Progress {
     /// on small corpora).
     pub fn watching_loss_from(examples: u64) -> Self {
         Self {
-            loss_watch: Mutex::new(LossWatch::new(examples)),
+            epoch_loss: Mutex::new(LossWatch::new(examples)),
             ..Self::default()
         }
     }
@@ -221,14 +211,9 @@ impl Progress {
 
     /// Mean loss per pair of each epoch's sampled minibatches.
     pub fn epoch_losses(&self) -> Vec<Option<f64>> {
-        self.epoch_loss.lock().map_or_else(
-            |_| Vec::new(),
-            |e| {
-                e.iter()
-                    .map(|&(sum, n)| (n > 0).then(|| sum / n as f64))
-                    .collect()
-            },
-        )
+        self.epoch_loss
+            .lock()
+            .map_or_else(|_| Vec::new(), |e| e.means())
     }
 
     /// Mean loss per pair since the previous call (over the sampled minibatches).
@@ -636,11 +621,7 @@ impl Sgns {
         let (diverged, loss) = if shards.fused_step(mbs, &mut self.dots).await? {
             // The shards weighed and applied the dot products themselves.
             self.check_count(examples, mbs.len())?;
-            let loss = self.sampled_loss(examples);
-            let diverged = self
-                .divergence(mbs)
-                .or_else(|| progress.watch_loss(loss, mbs));
-            (diverged, loss)
+            self.stop_or_loss(mbs, examples, progress)
         } else {
             shards.dotprod(mbs, &mut self.dots).await?;
             self.check_count(examples, mbs.len())?;
@@ -651,10 +632,7 @@ impl Sgns {
                     .enumerate()
                     .map(|(t, &f)| applied_weight(f, t < examples)),
             );
-            let loss = self.sampled_loss(examples);
-            let diverged = self
-                .divergence(mbs)
-                .or_else(|| progress.watch_loss(loss, mbs));
+            let (diverged, loss) = self.stop_or_loss(mbs, examples, progress);
             if let Some(why) = &diverged {
                 // The shards mark the model with it: no worker trains on.
                 shards.note_divergence(why);
@@ -672,6 +650,23 @@ impl Sgns {
             progress.record(mb, if i == 0 { loss } else { None });
         }
         Ok(())
+    }
+
+    /// The call's loss if sampled ([`Self::sampled_loss`]), and why
+    /// training must stop: a diverged dot product ([`Self::divergence`]),
+    /// or on a sampled call a loss that rose from one epoch to the next
+    /// ([`Progress::watch_loss`]).
+    fn stop_or_loss(
+        &mut self,
+        mbs: &[Minibatch],
+        examples: usize,
+        progress: &Progress,
+    ) -> (Option<String>, Option<(f64, usize)>) {
+        let loss = self.sampled_loss(examples);
+        let stop = self
+            .divergence(mbs)
+            .or_else(|| progress.watch_loss(loss.is_some(), mbs));
+        (stop, loss)
     }
 
     /// Fails unless the shards returned one dot product per example and
