@@ -6,9 +6,7 @@
 
 use anyhow::bail;
 use colonnade_proto::v1::{self, AdjustRequest, DotprodRequest};
-use colonnade_proto::{
-    decode_f32_into, encode_f16, CallError, Minibatch, MinibatchId, ModelShards,
-};
+use colonnade_proto::{encode_f16, sum_dots_into, CallError, Minibatch, MinibatchId, ModelShards};
 use colonnade_setup::ShardClient;
 use prost::Message;
 use std::future::Future;
@@ -34,22 +32,6 @@ where
         .into_iter()
         .map(|r| r.map(tonic::Response::into_inner))
         .collect()
-}
-
-/// Adds the little-endian f32 values of `raw` to `acc`, element by element;
-/// fails, saying why, when their number differs.
-fn add_f32_le(raw: &[u8], acc: &mut [f32]) -> Result<(), String> {
-    if raw.len() != acc.len() * 4 {
-        return Err(format!(
-            "{} bytes of dot products, expected {}",
-            raw.len(),
-            acc.len() * 4
-        ));
-    }
-    for (a, b) in acc.iter_mut().zip(raw.chunks_exact(4)) {
-        *a += f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-    }
-    Ok(())
 }
 
 /// `message` with a deadline.
@@ -239,23 +221,15 @@ impl ModelShards for GrpcShards {
             .iter()
             .map(|mb| mb.examples() * (self.negative + 1))
             .sum();
+        dots.clear();
+        dots.resize(expected, 0.0);
         for (i, resp) in responses.into_iter().enumerate() {
             let resp = resp.map_err(|e| self.failed(i, "dotprod", &e))?;
             self.received += resp.encoded_len() as u64;
             // Shard 0's dot products, then each other shard's added in place,
-            // in shard order, straight from its little-endian bytes.
-            let checked = if i == 0 {
-                decode_f32_into("dots", &resp.dots, dots).map_err(|e| e.to_string())
-            } else {
-                add_f32_le(&resp.dots, dots)
-            };
-            let checked = checked.and_then(|()| {
-                let n = resp.dots.len() / 4;
-                (n == expected)
-                    .then_some(())
-                    .ok_or_else(|| format!("{n} dot products, expected {expected}"))
-            });
-            if let Err(msg) = checked {
+            // in shard order, straight from their bytes (a column slice's
+            // half floats, a whole shard's f32).
+            if let Err(msg) = sum_dots_into(&resp.half_dots, &resp.dots, dots, i == 0) {
                 let status = tonic::Status::internal(format!("bad response: {msg}"));
                 return Err(self.failed(i, "dotprod", &status));
             }

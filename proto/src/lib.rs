@@ -44,8 +44,9 @@ pub use shards::{CallError, ModelShards, DIVERGED_PREFIX};
 /// DropModel keeps the model's files unless asked (`delete_checkpoints`),
 /// and CreateModel loads a model dropped with its files kept (a client of 7
 /// meant the files to go, a client of 8 to stay). 9: skip-gram minibatches with negatives shared per
-/// window (`Minibatch.shared_negatives`).
-pub const API_VERSION: u32 = 9;
+/// window (`Minibatch.shared_negatives`). 10: a column slice's partial dot
+/// products as half floats (`DotprodResponse.half_dots`).
+pub const API_VERSION: u32 = 10;
 
 /// Largest gRPC message either side accepts or sends (default tonic limit is
 /// 4 MiB). The largest real ones are a call's dot products (at most
@@ -122,10 +123,11 @@ le_codec!(encode_u32, decode_u32, decode_u32_into, u32, 4, "u32");
 le_codec!(encode_u64, decode_u64, decode_u64_into, u64, 8, "u64");
 le_codec!(encode_f32, decode_f32, decode_f32_into, f32, 4, "f32");
 
-/// Packs scaled weights (each already
-/// [`colonnade_common::sgns::wire_scaled_weight`]-exact) as
-/// little-endian half floats, converted a block at a time (F16C where the
-/// CPU has it: one call per value was a visible share of a worker's time).
+/// Packs values as little-endian half floats, rounded to nearest, converted
+/// a block at a time (F16C where the CPU has it: one call per value was a
+/// visible share of a worker's time): a worker's scaled weights (each
+/// already [`colonnade_common::sgns::wire_scaled_weight`]-exact) and a
+/// shard's partial dot products.
 pub fn encode_f16(values: &[f32]) -> bytes::Bytes {
     let mut out = Vec::with_capacity(values.len() * 2);
     let mut block = [half::f16::ZERO; F16_BLOCK];
@@ -172,6 +174,65 @@ pub fn decode_f16_blocks(
         }
         block.convert_to_f32_slice(values);
         each(values);
+    }
+    Ok(())
+}
+
+/// A column slice's partial dot product as it reaches the worker (rounded to
+/// the nearest half float, `DotprodResponse.half_dots`): what in-process
+/// shards of column slices sum, so that they train the model the wire does.
+#[inline]
+pub fn partial_as_sent(x: f32) -> f32 {
+    half::f16::from_f32(x).to_f32()
+}
+
+/// Sums one shard's dot products into `sums`: `half` (little-endian half
+/// floats, a column slice's partials, see [`encode_f16`]) if not empty, else
+/// `whole` (little-endian f32, a shard holding every column). Written over
+/// for the first shard (`first`), added in place for the others, so that
+/// every worker adds the shards' values in shard order. Says which field
+/// when it does not hold exactly `sums.len()` values.
+pub fn sum_dots_into(
+    half: &[u8],
+    whole: &[u8],
+    sums: &mut [f32],
+    first: bool,
+) -> Result<(), String> {
+    let (field, raw, size) = if half.is_empty() {
+        ("dots", whole, 4)
+    } else {
+        ("half_dots", half, 2)
+    };
+    if raw.len() != sums.len() * size {
+        return Err(format!(
+            "field `{field}`: {} bytes, expected {} ({} dot products of {size} bytes)",
+            raw.len(),
+            sums.len() * size,
+            sums.len()
+        ));
+    }
+    let mut at = 0;
+    let mut add = |block: &[f32]| {
+        let out = &mut sums[at..at + block.len()];
+        if first {
+            out.copy_from_slice(block);
+        } else {
+            for (s, v) in out.iter_mut().zip(block) {
+                *s += v;
+            }
+        }
+        at += block.len();
+    };
+    if size == 2 {
+        return decode_f16_blocks(field, raw, add).map_err(|e| e.to_string());
+    }
+    let mut block = [0.0f32; F16_BLOCK];
+    for bytes in raw.chunks(4 * F16_BLOCK) {
+        let block = &mut block[..bytes.len() / 4];
+        for (v, b) in block.iter_mut().zip(bytes.chunks_exact(4)) {
+            *v = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+        }
+        add(block);
     }
     Ok(())
 }
@@ -230,5 +291,72 @@ mod tests {
         let mut f = vec![9.0];
         decode_f32_into("d", &encode_f32(&many), &mut f).expect("decodes");
         assert_eq!(f, many);
+    }
+
+    /// The worker's sum of shards' half-float partials: each value rounded
+    /// to nearest once (checked against f64 arithmetic on the values'
+    /// nearest half floats, found independently by searching the f16
+    /// grid), then added in shard order; overflow arrives as infinity.
+    #[test]
+    fn partials_sum_in_shard_order_from_half_floats() {
+        // The nearest half float of x, by its definition: the f16 grid has
+        // 10 fraction bits, so the spacing at |x| in [2^e, 2^(e+1)) is
+        // 2^(e-10); ties go to the even neighbour.
+        fn nearest_half(x: f64) -> f64 {
+            if x.abs() >= 65520.0 {
+                return x.signum() * f64::INFINITY;
+            }
+            let e = x.abs().log2().floor().max(-14.0);
+            let step = 2f64.powf(e - 10.0);
+            let q = x / step;
+            let r = q.round();
+            let r = if (q - q.trunc()).abs() == 0.5 && r % 2.0 != 0.0 {
+                r - q.signum()
+            } else {
+                r
+            };
+            r * step
+        }
+        let shard0: Vec<f32> = (0..700).map(|i| (i as f32 * 0.0137).sin() * 7.3).collect();
+        let shard1: Vec<f32> = (0..700)
+            .map(|i| (i as f32 * 0.029).cos() * -3.1 + 0.001)
+            .collect();
+        let mut sums = vec![f32::NAN; 700];
+        sum_dots_into(&encode_f16(&shard0), &[], &mut sums, true).expect("700 values");
+        sum_dots_into(&encode_f16(&shard1), &[], &mut sums, false).expect("700 values");
+        for (i, &s) in sums.iter().enumerate() {
+            let want = nearest_half(f64::from(shard0[i])) + nearest_half(f64::from(shard1[i]));
+            assert_eq!(
+                f64::from(s),
+                want,
+                "value {i}: {} + {}",
+                shard0[i],
+                shard1[i]
+            );
+            let exact = f64::from(shard0[i]) + f64::from(shard1[i]);
+            assert!(
+                (f64::from(s) - exact).abs() <= 2.0 * 2f64.powi(-9),
+                "value {i}"
+            );
+            let in_process = partial_as_sent(shard0[i]) + partial_as_sent(shard1[i]);
+            assert_eq!(s, in_process, "value {i}: as in-process slices sum it");
+        }
+        // A shard holding every column sends f32, summed exactly.
+        let mut whole = vec![0.0; 700];
+        sum_dots_into(&[], &encode_f32(&shard0), &mut whole, true).expect("700 values");
+        assert_eq!(whole, shard0);
+        let mut big = vec![0.0; 2];
+        sum_dots_into(&encode_f16(&[70000.0, -1e6]), &[], &mut big, true).expect("2 values");
+        assert_eq!(big, [f32::INFINITY, f32::NEG_INFINITY]);
+        let err = sum_dots_into(&[0; 6], &[], &mut big, false).expect_err("3 values, 2 expected");
+        assert!(
+            err.contains("`half_dots`") && err.contains("expected 4"),
+            "{err}"
+        );
+        let err = sum_dots_into(&[], &[0; 4], &mut big, false).expect_err("1 value, 2 expected");
+        assert!(
+            err.contains("`dots`") && err.contains("expected 8"),
+            "{err}"
+        );
     }
 }

@@ -15,7 +15,7 @@ use crate::model::{Model, Scratch};
 use crate::plan::Plan;
 use crate::registry::ShardCore;
 use crate::whole::WholeVectors;
-use colonnade_proto::{CallError, Minibatch, ModelShards, ShardError};
+use colonnade_proto::{partial_as_sent, CallError, Minibatch, ModelShards, ShardError};
 use std::sync::Arc;
 
 /// One pipeline's handle on the in-process shards of a model, in shard order.
@@ -98,13 +98,18 @@ impl ModelShards for InProcessShards {
         self.models[0]
             .plan(mbs, &mut self.plan)
             .map_err(|e| self.failed(0, "dotprod", e))?;
+        // Column slices' partial dot products as they would cross the wire
+        // (half floats), so that the model is the one shards over gRPC train.
+        let sliced = self.models.len() > 1;
         for (i, m) in self.models.iter().enumerate() {
             let out = if i == 0 { &mut *dots } else { &mut self.part };
             m.dotprod(&self.plan, &mut self.scratch, out)
                 .map_err(|e| CallError::from_shard(&name(i), i, self.models.len(), "dotprod", e))?;
-            if i > 0 {
-                for (acc, x) in dots.iter_mut().zip(&self.part) {
-                    *acc += x;
+            if i == 0 && sliced {
+                dots.iter_mut().for_each(|x| *x = partial_as_sent(*x));
+            } else if i > 0 {
+                for (acc, &x) in dots.iter_mut().zip(&self.part) {
+                    *acc += partial_as_sent(x);
                 }
             }
         }

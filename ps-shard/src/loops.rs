@@ -22,6 +22,7 @@ use crate::stale::Pending;
 use colonnade_common::kernels::{Avx, Avx512};
 use colonnade_common::kernels::{Portable, Simd, LANES};
 use colonnade_common::sgns::applied_weight;
+use colonnade_proto::partial_as_sent;
 use multiversion::multiversion;
 use multiversion::target::match_target;
 use std::sync::atomic::AtomicU32;
@@ -663,7 +664,8 @@ fn fused_narrow<'a>(work: Work<'a>, steps: FusedSteps<'a>) {
 
 /// The dot products of one output row's run, with `k` (as [`dotprod_body`]):
 /// per shard's columns (`ends`), its partial dot product, summed in shard
-/// order.
+/// order; when there are several, each rounded to the half float that
+/// carries it over the wire (`colonnade_proto::partial_as_sent`).
 #[inline(always)]
 fn run_dots<K: Simd>(
     k: K,
@@ -678,9 +680,13 @@ fn run_dots<K: Simd>(
         let u = &u_rows[p as usize * cols..(p as usize + 1) * cols];
         let (&first, rest) = ends.split_first().unwrap_or((&cols, &[]));
         let mut dot = k.dot(&u[..first], &row[..first]);
+        if !rest.is_empty() {
+            // Column slices: their partials as the wire carries them.
+            dot = partial_as_sent(dot);
+        }
         let mut start = first;
         for &end in rest {
-            dot += k.dot(&u[start..end], &row[start..end]);
+            dot += partial_as_sent(k.dot(&u[start..end], &row[start..end]));
             start = end;
         }
         dots[t as usize] = dot;

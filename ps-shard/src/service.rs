@@ -19,7 +19,7 @@ use colonnade_proto::v1::{
     DropModelResponse, ModelStatus, PullRowsRequest, RestoreRequest, RestoreResponse, RowBlock,
     StatusRequest, StatusResponse,
 };
-use colonnade_proto::{decode_f16_blocks, decode_u64, encode_f32};
+use colonnade_proto::{decode_f16_blocks, decode_u64, encode_f16, encode_f32};
 use colonnade_proto::{matrix_from_wire, Minibatch, ShardError};
 use colonnade_setup::{Scope, Tokens};
 use futures::Stream;
@@ -357,7 +357,14 @@ impl Shard for ShardService {
                 let mut plan = cache.fresh();
                 model.plan(&b.minibatches[..minibatches.len()], &mut plan)?;
                 model.dotprod(&plan, &mut b.scratch, &mut b.dots)?;
-                let dots = encode_f32(&b.dots);
+                // Final dot products whole, a column slice's partials as
+                // half floats (the bulk of what a call moves).
+                let spec = &model.spec;
+                let dots = if spec.col_start == 0 && spec.col_end == spec.model.dim {
+                    (encode_f32(&b.dots), bytes::Bytes::new())
+                } else {
+                    (bytes::Bytes::new(), encode_f16(&b.dots))
+                };
                 // A crowded shard (for CBOW, one where another call waits)
                 // refreshes the call's weights at its adjust.
                 if cache.waiting_calls() + 1 >= refresh_from_calls(plan.objective) {
@@ -369,7 +376,8 @@ impl Shard for ShardService {
                 Ok(dots)
             })
             .await?;
-        Ok(Response::new(DotprodResponse { dots }))
+        let (dots, half_dots) = dots;
+        Ok(Response::new(DotprodResponse { dots, half_dots }))
     }
 
     async fn adjust(
@@ -687,7 +695,7 @@ mod tests {
         let weights: Vec<f32> = (0..12).map(|t| 0.05 * (t as f32 - 4.0)).collect();
         let req = Request::new(AdjustRequest {
             minibatches: vec![b],
-            scaled_weights: colonnade_proto::encode_f16(&weights),
+            scaled_weights: encode_f16(&weights),
             ..AdjustRequest::default()
         });
         s.adjust(req).await.expect("adjust");
@@ -717,7 +725,7 @@ mod tests {
             let before = snapshot(&m);
             let req = Request::new(AdjustRequest {
                 minibatches: vec![b.clone()],
-                scaled_weights: colonnade_proto::encode_f16(&weights),
+                scaled_weights: encode_f16(&weights),
                 ..AdjustRequest::default()
             });
             let e = s.adjust(req).await.expect_err("refused");
@@ -728,6 +736,51 @@ mod tests {
                 e.message()
             );
             assert_eq!(snapshot(&m), before, "nothing applied");
+        }
+    }
+
+    /// A shard holding every column answers its final dot products as f32
+    /// (`dots`), a shard of a column slice its partials as half floats
+    /// (`half_dots`, half the bytes); the slices' sum is the whole dot
+    /// product within the half floats' rounding.
+    #[tokio::test]
+    async fn a_column_slice_answers_half_floats_and_a_whole_shard_f32() {
+        let answer = |cols: std::ops::Range<u32>| async move {
+            let core = Arc::new(ShardCore::new(None));
+            let fp = core
+                .create_model(spec(cols), &COUNTS)
+                .expect("create")
+                .fingerprint;
+            let s = ShardService::new(core, 1);
+            // One step first, so that v is not zero and the products are not.
+            dotprod(&s, batch(fp, &[1, 2, 3])).await;
+            adjust(&s, batch(fp, &[1, 2, 3])).await;
+            let mut b = batch(fp, &[2, 3, 4]);
+            b.seed = 10;
+            let req = Request::new(DotprodRequest {
+                minibatches: vec![b],
+            });
+            s.dotprod(req).await.expect("dotprod").into_inner()
+        };
+        let n = 3 * (1 + spec(0..8).model.negative as usize);
+        let whole = answer(0..8).await;
+        assert_eq!((whole.dots.len(), whole.half_dots.len()), (4 * n, 0));
+        let mut sum = vec![0.0f32; n];
+        colonnade_proto::sum_dots_into(&whole.half_dots, &whole.dots, &mut sum, true)
+            .expect("n f32");
+        let mut parts = vec![0.0f32; n];
+        for (i, cols) in [0..3, 3..8].into_iter().enumerate() {
+            let part = answer(cols).await;
+            assert_eq!((part.dots.len(), part.half_dots.len()), (0, 2 * n));
+            colonnade_proto::sum_dots_into(&part.half_dots, &part.dots, &mut parts, i == 0)
+                .expect("n half floats");
+        }
+        assert!(sum.iter().any(|&x| x.abs() > 1e-4), "{sum:?}");
+        for (t, (&w, &p)) in sum.iter().zip(&parts).enumerate() {
+            assert!(
+                (w - p).abs() <= 1e-3 * w.abs().max(1e-3),
+                "dot {t}: {w} vs {p}"
+            );
         }
     }
 

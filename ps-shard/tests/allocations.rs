@@ -138,7 +138,7 @@ async fn run(s: &ShardService, calls: Vec<Call>) -> (Count, Count, u64) {
         let before = snapshot();
         let resp = s.dotprod(req).await.expect("dotprod");
         let got = since(before);
-        response += resp.get_ref().dots.len() as u64;
+        response += (resp.get_ref().dots.len() + resp.get_ref().half_dots.len()) as u64;
         drop(resp);
         d.allocs += got.allocs;
         d.bytes += got.bytes;

@@ -72,7 +72,13 @@ class Client:
 
     def dotprod(self, fp: int, alpha: float) -> np.ndarray:
         resp = parse(self.call("Dotprod", msg(f2=self.minibatch(fp, alpha))))
-        return np.frombuffer(resp.get(3, [b""])[0], dtype="<f4")
+        # A column slice answers half floats (field 4), a whole shard f32 (field 3).
+        if 4 in resp:
+            dots = np.frombuffer(resp[4][0], dtype="<f2").astype(np.float32)
+        else:
+            dots = np.frombuffer(resp.get(3, [b""])[0], dtype="<f4")
+        assert dots.size == 2 * (1 + NEGATIVE), f"{dots.size} dot products: {resp}"
+        return dots
 
     def adjust(self, fp: int, alpha: float, weight: float) -> None:
         weights = np.full(2 * (1 + NEGATIVE), weight, dtype="<f2").tobytes()
