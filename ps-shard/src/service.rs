@@ -351,7 +351,7 @@ impl Shard for ShardService {
         let minibatches = request.into_inner().minibatches;
         Self::check_count(minibatches.len())?;
         let (core, cache) = (Arc::clone(&self.core), Arc::clone(&self.plans));
-        let dots = self
+        let (dots, half_dots) = self
             .inline(move |b| {
                 let (model, key) = decode_call(&core, &minibatches, b)?;
                 let mut plan = cache.fresh();
@@ -359,8 +359,7 @@ impl Shard for ShardService {
                 model.dotprod(&plan, &mut b.scratch, &mut b.dots)?;
                 // Final dot products whole, a column slice's partials as
                 // half floats (the bulk of what a call moves).
-                let spec = &model.spec;
-                let dots = if spec.col_start == 0 && spec.col_end == spec.model.dim {
+                let dots = if model.spec.cols() == model.spec.model.dim as usize {
                     (encode_f32(&b.dots), bytes::Bytes::new())
                 } else {
                     (bytes::Bytes::new(), encode_f16(&b.dots))
@@ -376,7 +375,6 @@ impl Shard for ShardService {
                 Ok(dots)
             })
             .await?;
-        let (dots, half_dots) = dots;
         Ok(Response::new(DotprodResponse { dots, half_dots }))
     }
 
