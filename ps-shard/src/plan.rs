@@ -12,8 +12,8 @@ use std::sync::Arc;
 
 mod cap;
 pub use cap::{
-    call_step_cap, cbow_context_load, row_step_cap, row_step_scale, CALL_CAP_MINIBATCHES,
-    ROW_STEP_CAP,
+    call_step_cap, cbow_context_load, row_step_cap, row_step_scale, skip_gram_call_step_cap,
+    CALL_CAP_MINIBATCHES, ROW_STEP_CAP,
 };
 
 /// The widest digit [`sort_by_row`] sorts on: 2,048 counters a digit, 8 KiB,
@@ -291,7 +291,7 @@ impl Plan {
         self.cap = if self.objective.is_cbow() {
             call_step_cap(cap, self.minibatches)
         } else {
-            cap
+            skip_gram_call_step_cap(cap, self.minibatches)
         };
         let per_pair = u64::from(negative) + 1;
         let per_position = self.examples_are_positions();

@@ -50,6 +50,25 @@ pub fn call_step_cap(cap: u64, minibatches: usize) -> u64 {
     cap.saturating_mul(m * OTHERS_SHARE) / (OTHERS_SHARE + m - 1)
 }
 
+/// The row step cap of a skip-gram call of `minibatches` minibatches whose
+/// widest input position gives `cap` ([`row_step_cap`]): `cap` up to
+/// [`CALL_CAP_MINIBATCHES`] minibatches, as a call of 4 has always had;
+/// beyond them each further minibatch counts as a call of its own in flight
+/// would, one in [`OTHERS_SHARE`] ([`crate::stale`]): a row with k dot
+/// products per minibatch is scaled when 4k + (m − 4)·k/S > cap, i.e. when
+/// the call's m·k pass cap · m·S / (4·S + m − 4): 1.6 caps at 8 minibatches,
+/// 2.3 at 16. Counted in full (one cap per call), a call of 8 scaled its
+/// frequent rows down as 32 minibatches in flight as 4 calls of 8 never
+/// were as 8 calls of 4, and trained 0.4–0.8 analogy points below them
+/// (docs/benchmarks.md, "Fewer, larger calls").
+pub fn skip_gram_call_step_cap(cap: u64, minibatches: usize) -> u64 {
+    let (m, first) = (minibatches as u64, CALL_CAP_MINIBATCHES);
+    if m <= first {
+        return cap;
+    }
+    cap.saturating_mul(m * OTHERS_SHARE) / (first * OTHERS_SHARE + m - first)
+}
+
 /// The dot products a CBOW context word entry counts for in its row's load:
 /// its position's `per_pair` (1 + negative) shared among the position's `c`
 /// context words, rounded up. The position's dot products are of h, the

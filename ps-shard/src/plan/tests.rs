@@ -163,6 +163,24 @@ fn a_cbow_call_of_several_minibatches_scales_rows_as_calls_in_flight_would() {
     assert_eq!(call_step_cap(64, 1), 64);
     assert_eq!(call_step_cap(64, 4), 146, "64 · 16 / 7");
     assert_eq!(call_step_cap(64, 16), 146, "counted up to 4 minibatches");
+    // Skip-gram past 4 minibatches: 4 + 4 of 30 (5 positions × 6) on word
+    // 0 is 240 dot products against the call's cap of 64 · 32 / 20 = 102
+    // (the 4 past the 4th counted one in 4: 120 + 30 = 150 per 64), where
+    // one cap for the call would scale it to 64 / 240.
+    let eight: Vec<Minibatch> = (1..=8).map(|seed| sg(seed, 5)).collect();
+    let scaled = scale_of_word_0(&eight);
+    assert!((scaled - 102.0 / 240.0).abs() < 1e-6, "{scaled}");
+    let four: Vec<Minibatch> = (1..=4).map(|seed| sg(seed, 5)).collect();
+    let kept = scale_of_word_0(&four);
+    assert!(
+        (kept - 64.0 / 120.0).abs() < 1e-6,
+        "up to 4, one cap: {kept}"
+    );
+    assert_eq!(skip_gram_call_step_cap(64, 1), 64);
+    assert_eq!(skip_gram_call_step_cap(64, 4), 64);
+    assert_eq!(skip_gram_call_step_cap(64, 8), 102, "64 · 32 / 20");
+    assert_eq!(skip_gram_call_step_cap(64, 16), 146, "64 · 64 / 28");
+    assert_eq!(skip_gram_call_step_cap(64, 256), 244, "below 4 caps");
 }
 
 /// Shared negatives: every target of the call's CBOW-layout plan (its
