@@ -394,7 +394,12 @@ fn train_params(args: &TrainArgs, threads: usize, in_process: bool) -> TrainPara
         minibatches_per_call: if in_process {
             1
         } else {
-            minibatches_per_call(args.minibatches_per_call, calls, args.num_workers, budget)
+            let per_call =
+                minibatches_per_call(args.minibatches_per_call, calls, args.num_workers, budget);
+            match args.minibatches_per_call {
+                Some(_) => per_call,
+                None => per_call.min(args.most_minibatches_per_call()),
+            }
         },
         minibatch: args.minibatch(in_process),
         seed: args.seed,

@@ -18,7 +18,8 @@ pub const MAX_WINDOW_PAIRS: u64 = 1 << 21;
 /// Largest number of dot products (examples × (1 + negative), over all its
 /// minibatches) one `dotprod` or `adjust` call may ask of a shard: 16 MiB of
 /// dot products back, and a bounded plan on the shard. The client's defaults
-/// ask ~61K (4 minibatches of 256 inputs, window 5, negative 5); `colonnade
+/// ask at most ~123K (skip-gram: 8 minibatches of 256 inputs, window 5,
+/// negative 5); `colonnade
 /// train` refuses settings whose worst case exceeds it before training.
 pub const MAX_CALL_DOTS: u64 = 1 << 22;
 

@@ -9,9 +9,9 @@ use colonnade_proto::{ShardError, MAX_CALL_DOTS};
 
 /// Default bound on a call's work, in multiply-adds (dot products × the
 /// shard's columns): 2^34, about 0.6 CPU-seconds at the ~3·10^10 per second
-/// the loops reach. A worker's default call (4 minibatches of 256 inputs,
-/// window 5, negative 5: 61,440 dot products) stays 4× below it even at the
-/// largest dimension (65,536) on one shard, and [`MAX_CALL_DOTS`] dot
+/// the loops reach. A worker's default call (skip-gram: 8 minibatches of
+/// 256 inputs, window 5, negative 5: 122,880 dot products at most) stays 2×
+/// below it even at the largest dimension (65,536) on one shard, and [`MAX_CALL_DOTS`] dot
 /// products pass it only above 4,096 columns per shard.
 pub const MAX_CALL_WORK: u64 = 1 << 34;
 

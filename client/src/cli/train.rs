@@ -152,10 +152,14 @@ pub struct TrainArgs {
     #[arg(long, help_heading = "Shards and workers", env = "COLONNADE_THREADS")]
     pub threads: Option<usize>,
     /// Calls each thread keeps in flight (shards reached over gRPC): more
-    /// hide the round trips to the shards. Default: 4, or fewer (not below
-    /// 2) when all --num-workers workers' threads at 4 minibatches per call
-    /// would pass 256 minibatches in flight (docs/benchmarks.md, "Calls in
-    /// flight across a network"); above --alpha 0.025 (skip-gram), as many
+    /// hide the round trips to the shards. Default: skip-gram up to --alpha
+    /// 0.025, 2 (of 8 minibatches: the same minibatches in flight as 4 calls
+    /// of 4 for less CPU, docs/benchmarks.md, "Fewer, larger calls"; across
+    /// links of 5 ms one way 4 calls of 4, `--in-flight 4
+    /// --minibatches-per-call 4`, trained 1.09x their words/s); 4
+    /// otherwise, or fewer (not below 2) when all --num-workers workers'
+    /// threads would pass 256 minibatches in flight (docs/benchmarks.md,
+    /// "Calls in flight across a network"); above --alpha 0.025 (skip-gram), as many
     /// (at least 1) as keep them at 256·(0.025/alpha)⁴, 16 at 0.05, in at
     /// most 8 calls across the workers, fewer than threads if need be
     /// (docs/benchmarks.md, "Minibatches in flight at alpha 0.05 over five
@@ -166,8 +170,9 @@ pub struct TrainArgs {
     /// Minibatches per call (shards reached over gRPC): sent in one dotprod
     /// and one adjust and applied together, so that per-call and per-row
     /// costs are paid once for all of them. Minibatches in flight per
-    /// worker: threads × --in-flight × this. Default: the most (up to 4)
-    /// that keeps all --num-workers workers together at or under 256 in
+    /// worker: threads × --in-flight × this. Default: the most (up to 8 for
+    /// skip-gram up to --alpha 0.025, 4 otherwise: docs/benchmarks.md, "Fewer,
+    /// larger calls") that keeps all --num-workers workers together at or under 256 in
     /// flight, up to which quality holds at --alpha 0.025 (docs/benchmarks.md,
     /// "Quality against minibatches in flight"); above it (skip-gram) at or
     /// under 256·(0.025/alpha)⁴, 16 at 0.05; with --cbow, at or under 8.
@@ -306,6 +311,27 @@ pub const IN_PROCESS_CBOW_MINIBATCH: usize = 256;
 pub const GRPC_MINIBATCH: usize = 256;
 
 impl TrainArgs {
+    /// The most dot products one minibatch over gRPC can ask of a shard:
+    /// every input position at the widest window.
+    pub fn most_dots_per_minibatch(&self) -> u64 {
+        let examples = if self.cbow {
+            1
+        } else {
+            2 * u64::from(self.window)
+        };
+        (self.minibatch(false) as u64)
+            .saturating_mul(examples)
+            .saturating_mul(1 + u64::from(self.negative))
+    }
+
+    /// The most minibatches per call the default of
+    /// `--minibatches-per-call` may give so that a call stays within what a
+    /// shard accepts ([`colonnade_proto::MAX_CALL_DOTS`]), at least 1.
+    pub fn most_minibatches_per_call(&self) -> usize {
+        let most = colonnade_proto::MAX_CALL_DOTS / self.most_dots_per_minibatch().max(1);
+        usize::try_from(most.max(1)).unwrap_or(usize::MAX)
+    }
+
     /// --minibatch, or its default: when the shards are `in_process`
     /// (embedded, not over gRPC), [`IN_PROCESS_MINIBATCH`] for skip-gram and
     /// [`IN_PROCESS_CBOW_MINIBATCH`] for CBOW; else [`GRPC_MINIBATCH`].
@@ -484,17 +510,15 @@ pub fn validate(args: &TrainArgs) -> anyhow::Result<()> {
     crate::cluster::refuse_duplicates(&args.shards)?;
     if !args.shards.is_empty() || args.embedded_grpc {
         // The most dot products one call can ask of a shard: every input
-        // position at the widest window.
-        let per_call = args.minibatches_per_call.map_or(4, u64::from);
+        // position at the widest window. The default per call is lowered
+        // to fit ([`TrainArgs::most_minibatches_per_call`]).
+        let per_call = args.minibatches_per_call.map_or(1, u64::from);
         let examples = if args.cbow {
             1
         } else {
             2 * u64::from(args.window)
         };
-        let dots = per_call
-            .saturating_mul(args.minibatch(false) as u64)
-            .saturating_mul(examples)
-            .saturating_mul(1 + u64::from(args.negative));
+        let dots = per_call.saturating_mul(args.most_dots_per_minibatch());
         if dots > colonnade_proto::MAX_CALL_DOTS {
             bail!(
                 "--minibatch {} × --minibatches-per-call {per_call} × {examples} examples per \
@@ -616,8 +640,25 @@ pub fn skip_gram_in_flight(alpha: f32) -> u64 {
 pub const MAX_SAFE_CBOW_IN_FLIGHT: u64 = 8;
 
 /// The most minibatches per call the default of --minibatches-per-call
-/// gives, and the count the default of --in-flight plans each call with.
+/// gives, and the count the default of --in-flight plans each call with,
+/// where the budget does not say otherwise ([`InFlightBudget::per_call`]).
 const MOST_MINIBATCHES_PER_CALL: u64 = 4;
+
+/// Skip-gram's [`MOST_MINIBATCHES_PER_CALL`] up to [`SAFE_ALPHA`]: 8, in 2
+/// calls per thread ([`SAFE_CALLS_PER_THREAD`]), the same 32 minibatches in
+/// flight at 2 threads as 8 calls of 4. Half the calls cost 4 `ps-shard`
+/// processes and their worker 10 % less CPU per token and 8 processes 16 %
+/// less (every call pays its messages, its plan and its row visits on
+/// every shard), and trained as well once the shards counted a call's
+/// minibatches past the 4th as calls in flight
+/// (`colonnade_ps_shard::plan::skip_gram_call_step_cap`; before, calls of 8
+/// lost 0.4-0.8 analogy points; docs/benchmarks.md, "Fewer, larger calls").
+const SAFE_MINIBATCHES_PER_CALL: u64 = 8;
+
+/// The most calls a thread keeps in flight by default where the budget
+/// gives [`SAFE_MINIBATCHES_PER_CALL`]: 2, so that a thread still has a
+/// call to compute while the other's round trip is on the wire.
+const SAFE_CALLS_PER_THREAD: u64 = 2;
 
 /// What the defaults of `--in-flight` and `--minibatches-per-call` keep all
 /// workers of a model at or under, by objective.
@@ -631,6 +672,10 @@ pub struct InFlightBudget {
     /// rate needs it ([`MOST_CALLS_ABOVE_SAFE_ALPHA`]): fewer pipelines than
     /// threads × calls then.
     pub most_calls: Option<u64>,
+    /// The most minibatches per call and calls per thread the defaults
+    /// give.
+    pub per_call: u64,
+    pub calls_per_thread: u64,
 }
 
 /// Skip-gram's calls in flight across all workers above [`SAFE_ALPHA`]: 8,
@@ -658,6 +703,8 @@ impl InFlightBudget {
                 most: MAX_SAFE_CBOW_IN_FLIGHT,
                 least_calls: 1,
                 most_calls: None,
+                per_call: MOST_MINIBATCHES_PER_CALL,
+                calls_per_thread: 4,
             }
         } else {
             let most = skip_gram_in_flight(alpha);
@@ -666,20 +713,29 @@ impl InFlightBudget {
                 most,
                 least_calls: if fast { 1 } else { 2 },
                 most_calls: fast.then_some(MOST_CALLS_ABOVE_SAFE_ALPHA),
+                per_call: if fast {
+                    MOST_MINIBATCHES_PER_CALL
+                } else {
+                    SAFE_MINIBATCHES_PER_CALL
+                },
+                calls_per_thread: if fast { 4 } else { SAFE_CALLS_PER_THREAD },
             }
         }
     }
 }
 
-/// `--in-flight`: as given, else 4 calls per thread, or as many (at least
-/// `budget.least_calls`) as keep the `workers` workers' `threads` threads
-/// each at or under `budget.most` minibatches in flight with 4 per call.
-/// Across a network a thread with 2 calls in flight waits for round trips
-/// (4 trained 1.3-1.9x the words/s of 2 at 0.5-5 ms one way); on one host 4
-/// cost the same CPU per token as 2, and 8 cost 23% more (the shards'
-/// refresh of crowded calls). Many workers already keep the shards busy:
-/// their threads keep 2, and their calls their 4 minibatches. CBOW's
-/// budget gives one call per thread ([`MAX_SAFE_CBOW_IN_FLIGHT`]).
+/// `--in-flight`: as given, else the budget's calls per thread (skip-gram up
+/// to [`SAFE_ALPHA`]: 2 of 8 minibatches, [`SAFE_MINIBATCHES_PER_CALL`];
+/// otherwise 4 of 4), or as many (at least `budget.least_calls`) as keep the
+/// `workers` workers' `threads` threads each at or under `budget.most`
+/// minibatches in flight with the budget's minibatches per call. Across a
+/// network a thread with 2 calls of 4 in flight waits for round trips (4
+/// calls of 4 trained 1.3-1.9x the words/s of 2 at 0.5-5 ms one way); what
+/// hides them is the minibatches in flight, which 2 calls of 8 keep; on one
+/// host 4 calls of 4 cost the same CPU per token as 2, and 8 cost 23% more
+/// (the shards' refresh of crowded calls). Many workers already keep the
+/// shards busy: their threads keep 2, and their calls fewer minibatches.
+/// CBOW's budget gives one call per thread ([`MAX_SAFE_CBOW_IN_FLIGHT`]).
 pub fn in_flight(
     given: Option<u32>,
     threads: usize,
@@ -689,9 +745,12 @@ pub fn in_flight(
     match given {
         Some(n) => n as usize,
         None => {
-            let per_thread = (threads as u64).max(1) * workers.max(1) * MOST_MINIBATCHES_PER_CALL;
+            let per_thread = (threads as u64).max(1) * workers.max(1) * budget.per_call;
             let calls = budget.most / per_thread;
-            calls.clamp(budget.least_calls, 4) as usize
+            calls.clamp(
+                budget.least_calls,
+                budget.calls_per_thread.max(budget.least_calls),
+            ) as usize
         }
     }
 }
@@ -716,7 +775,9 @@ pub fn calls_in_flight(
     }
 }
 
-/// `--minibatches-per-call`: as given, else the most up to 4 that keeps the
+/// `--minibatches-per-call`: as given, else the most up to the budget's
+/// ([`InFlightBudget::per_call`]: 8 for skip-gram up to [`SAFE_ALPHA`], 4
+/// otherwise) that keeps the
 /// `workers` workers' `calls` calls each at or under `budget.most`
 /// minibatches in flight (at least 1). Warns when the total exceeds it.
 pub fn minibatches_per_call(
@@ -728,7 +789,7 @@ pub fn minibatches_per_call(
     let calls_total = (calls as u64).max(1) * workers.max(1);
     let per_call = match given {
         Some(n) => u64::from(n),
-        None => (budget.most / calls_total).clamp(1, MOST_MINIBATCHES_PER_CALL),
+        None => (budget.most / calls_total).clamp(1, budget.per_call),
     };
     let in_flight = per_call * calls_total;
     let most = budget.most;
@@ -755,6 +816,8 @@ mod tests {
         most: 256,
         least_calls: 2,
         most_calls: None,
+        per_call: 8,
+        calls_per_thread: 2,
     };
 
     /// The minibatch of the run's shards: small in process for skip-gram,
@@ -788,34 +851,33 @@ mod tests {
     }
 
     #[test]
-    fn default_in_flight_is_4_until_the_workers_would_pass_256_in_flight() {
+    fn default_in_flight_is_2_calls_of_8_until_the_workers_would_pass_256_in_flight() {
         assert_eq!(
             in_flight(None, 2, 1, SG),
-            4,
+            2,
             "one worker, 2 threads: 32 in flight"
         );
-        assert_eq!(in_flight(None, 16, 1, SG), 4, "16 threads: 256");
-        assert_eq!(in_flight(None, 2, 8, SG), 4, "8 workers x 2 threads: 256");
-        assert_eq!(
-            in_flight(None, 2, 16, SG),
-            2,
-            "16 workers: 2 keeps 4 per call at 256"
-        );
-        assert_eq!(
-            in_flight(None, 2, 12, SG),
-            2,
-            "256 / 96 = 2.67: 3 would pass 256"
-        );
+        assert_eq!(in_flight(None, 16, 1, SG), 2, "16 threads: 256");
+        assert_eq!(in_flight(None, 2, 8, SG), 2, "8 workers x 2 threads: 256");
         assert_eq!(in_flight(None, 2, 64, SG), 2, "never below 2");
         assert_eq!(in_flight(Some(1), 2, 1, SG), 1, "a given value is kept");
         assert_eq!(in_flight(Some(8), 2, 64, SG), 8);
+        // Above alpha 0.025 (and for CBOW) the budget keeps calls of 4, up
+        // to 4 per thread.
+        let four = InFlightBudget {
+            per_call: 4,
+            calls_per_thread: 4,
+            ..SG
+        };
+        assert_eq!(in_flight(None, 2, 1, four), 4);
+        assert_eq!(in_flight(None, 2, 12, four), 2, "256 / 96 = 2.67");
         // Together with the minibatches per call: 256 in flight or fewer.
         for (threads, workers, per) in [
-            (1, 1, 4),
-            (2, 1, 4),
+            (1, 1, 8),
+            (2, 1, 8),
             (2, 16, 4),
-            (4, 4, 4),
-            (16, 1, 4),
+            (4, 4, 8),
+            (16, 1, 8),
             (8, 8, 2),
         ] {
             let calls = threads * in_flight(None, threads, workers, SG);
@@ -831,7 +893,7 @@ mod tests {
     #[test]
     fn default_minibatches_per_call_keeps_the_cluster_at_256_in_flight() {
         // 2 threads × 2 in flight = 4 calls per worker.
-        assert_eq!(minibatches_per_call(None, 4, 1, SG), 4);
+        assert_eq!(minibatches_per_call(None, 4, 1, SG), 8);
         assert_eq!(
             minibatches_per_call(None, 4, 16, SG),
             4,
@@ -840,13 +902,48 @@ mod tests {
         assert_eq!(minibatches_per_call(None, 4, 32, SG), 2);
         assert_eq!(minibatches_per_call(None, 4, 64, SG), 1);
         assert_eq!(minibatches_per_call(None, 4, 256, SG), 1, "never below one");
-        assert_eq!(minibatches_per_call(None, 1, 1, SG), 4, "never above four");
+        assert_eq!(minibatches_per_call(None, 1, 1, SG), 8, "never above eight");
         assert_eq!(minibatches_per_call(None, 96, 1, SG), 2, "256 / 96 = 2");
         assert_eq!(
-            minibatches_per_call(Some(8), 4, 4, SG),
-            8,
+            minibatches_per_call(Some(16), 4, 4, SG),
+            16,
             "a given value is kept"
         );
+    }
+
+    /// A default call stays within what a shard accepts: at the widest
+    /// windows fewer than 8 minibatches per call, and a given count that
+    /// would pass it is refused before training, naming the flags.
+    #[test]
+    fn the_default_minibatches_per_call_fit_a_shards_bound_on_dot_products() {
+        use crate::cli::{Cli, Command};
+        use clap::Parser;
+        let args = |extra: &[&str]| {
+            let argv = [
+                "colonnade",
+                "train",
+                "--corpus",
+                "c.txt",
+                "--shards",
+                "127.0.0.1:1",
+            ]
+            .iter()
+            .chain(extra);
+            match Cli::try_parse_from(argv).expect("parses").command {
+                Command::Train(args) => args,
+                _ => unreachable!("a train command"),
+            }
+        };
+        assert_eq!(args(&[]).most_minibatches_per_call(), 273, "window 5");
+        let wide = args(&["--window", "255"]);
+        // 256 inputs × 510 examples × 6 = 783,360 dot products a minibatch.
+        assert_eq!(wide.most_minibatches_per_call(), 5);
+        super::validate(&wide).expect("the default fits");
+        let e = super::validate(&args(&["--window", "255", "--minibatches-per-call", "8"]))
+            .expect_err("8 would not fit");
+        assert!(e.to_string().contains("--minibatches-per-call 8"), "{e}");
+        let huge = args(&["--window", "255", "--negative", "20", "--minibatch", "4096"]);
+        assert_eq!(huge.most_minibatches_per_call(), 1, "never below one");
     }
 
     /// Skip-gram above alpha 0.025 keeps fewer minibatches in flight, 16 at
@@ -884,11 +981,11 @@ mod tests {
             32,
             "a given --in-flight is kept"
         );
-        // At the default rate, as before: 16 threads keep 4 calls of 4.
+        // At the default rate: 16 threads keep 2 calls of 8 each, 256.
         let default = InFlightBudget::of(false, 0.025);
         assert_eq!(default.most_calls, None);
-        assert_eq!(calls_in_flight(None, 16, 1, default), 64);
-        assert_eq!(minibatches_per_call(None, 64, 1, default), 4);
+        assert_eq!(calls_in_flight(None, 16, 1, default), 32);
+        assert_eq!(minibatches_per_call(None, 32, 1, default), 8);
     }
 
     #[test]
