@@ -311,16 +311,21 @@ pub const IN_PROCESS_CBOW_MINIBATCH: usize = 256;
 pub const GRPC_MINIBATCH: usize = 256;
 
 impl TrainArgs {
-    /// The most dot products one minibatch over gRPC can ask of a shard:
-    /// every input position at the widest window.
-    pub fn most_dots_per_minibatch(&self) -> u64 {
-        let examples = if self.cbow {
+    /// The most examples one input position can give: CBOW one, skip-gram
+    /// one per context word at the widest window.
+    pub fn most_examples_per_input(&self) -> u64 {
+        if self.cbow {
             1
         } else {
             2 * u64::from(self.window)
-        };
+        }
+    }
+
+    /// The most dot products one minibatch over gRPC can ask of a shard:
+    /// every input position at the widest window.
+    pub fn most_dots_per_minibatch(&self) -> u64 {
         (self.minibatch(false) as u64)
-            .saturating_mul(examples)
+            .saturating_mul(self.most_examples_per_input())
             .saturating_mul(1 + u64::from(self.negative))
     }
 
@@ -513,11 +518,7 @@ pub fn validate(args: &TrainArgs) -> anyhow::Result<()> {
         // position at the widest window. The default per call is lowered
         // to fit ([`TrainArgs::most_minibatches_per_call`]).
         let per_call = args.minibatches_per_call.map_or(1, u64::from);
-        let examples = if args.cbow {
-            1
-        } else {
-            2 * u64::from(args.window)
-        };
+        let examples = args.most_examples_per_input();
         let dots = per_call.saturating_mul(args.most_dots_per_minibatch());
         if dots > colonnade_proto::MAX_CALL_DOTS {
             bail!(
