@@ -107,7 +107,8 @@ pub const OTHERS_SHARE: u64 = 4;
 /// refreshes its weights for the rows' drift instead of scaling its steps by
 /// the dot products of the others ([`crate::loops::Refresh`]). The default
 /// 2-thread worker keeps 4 calls in flight (32 minibatches in calls of 8),
-/// which never reach it;
+/// which never reach it (the worker keeps calls of 8 only under it: on a
+/// crowded shard they diverged where calls of 4 trained);
 /// 256 minibatches in flight (64 calls) trained as well as 16 with the
 /// refresh and 4.2–4.6 analogy points below without it (docs/benchmarks.md,
 /// "Quality against minibatches in flight"). It costs a dot product more

@@ -10,6 +10,7 @@ use clap::Args;
 use colonnade_exporter::cli::OutputArgs;
 use colonnade_exporter::outputs::FlagPath;
 use colonnade_graph::walk::WalkParams;
+use colonnade_ps_shard::stale::REFRESH_FROM_CALLS;
 use std::path::PathBuf;
 
 #[derive(Args, Debug)]
@@ -153,8 +154,11 @@ pub struct TrainArgs {
     pub threads: Option<usize>,
     /// Calls each thread keeps in flight (shards reached over gRPC): more
     /// hide the round trips to the shards. Default: skip-gram up to --alpha
-    /// 0.025, 2 (of 8 minibatches: the same minibatches in flight as 4 calls
-    /// of 4 for less CPU, docs/benchmarks.md, "Fewer, larger calls"; across
+    /// 0.025 while all workers keep fewer than 8 calls in flight (one worker
+    /// of up to 3 threads), 2 (of 8 minibatches: the same minibatches in
+    /// flight as 4 calls of 4 for less CPU, docs/benchmarks.md, "Fewer,
+    /// larger calls"; on shards crowded by more calls, calls of 8 diverged:
+    /// "Calls of 8 diverge on crowded shards"; across
     /// links of 5 ms one way 4 calls of 4, `--in-flight 4
     /// --minibatches-per-call 4`, trained 1.09x their words/s); 4
     /// otherwise, or fewer (not below 2) when all --num-workers workers'
@@ -171,8 +175,9 @@ pub struct TrainArgs {
     /// and one adjust and applied together, so that per-call and per-row
     /// costs are paid once for all of them. Minibatches in flight per
     /// worker: threads × --in-flight × this. Default: the most (up to 8 for
-    /// skip-gram up to --alpha 0.025, 4 otherwise: docs/benchmarks.md, "Fewer,
-    /// larger calls") that keeps all --num-workers workers together at or under 256 in
+    /// skip-gram up to --alpha 0.025 while all workers keep fewer than 8
+    /// calls in flight, 4 otherwise: docs/benchmarks.md, "Fewer, larger
+    /// calls") that keeps all --num-workers workers together at or under 256 in
     /// flight, up to which quality holds at --alpha 0.025 (docs/benchmarks.md,
     /// "Quality against minibatches in flight"); above it (skip-gram) at or
     /// under 256·(0.025/alpha)⁴, 16 at 0.05; with --cbow, at or under 8.
@@ -723,6 +728,35 @@ impl InFlightBudget {
             }
         }
     }
+
+    /// This budget for `workers` workers of `threads` threads each:
+    /// skip-gram's calls of [`SAFE_MINIBATCHES_PER_CALL`] only while all
+    /// their calls in flight stay under the shards' `REFRESH_FROM_CALLS`
+    /// (one worker of up to 3 threads: 2 × 2 calls at the default 2), where
+    /// a shard counts each call's pending dot products and
+    /// `skip_gram_call_step_cap` was measured; from there on 4 calls of 4
+    /// per thread, the layout before calls of 8 (128 in flight at 8
+    /// threads, 256 at 16). On crowded shards, which refresh a call's
+    /// weights instead of counting the others, calls of 8 diverged: 8
+    /// threads (16 calls of 8, 128 in flight), five epochs, sample 1e-3,
+    /// alpha 0.025 over 2 `ps-shard` processes, in epoch 3 or 4 of 3 seeds
+    /// of 3, where 32 calls of 4 trained 0.8-1.3 analogy points above
+    /// gensim (docs/benchmarks.md, "Calls of 8 diverge on crowded shards").
+    pub fn for_layout(self, threads: usize, workers: u64) -> Self {
+        let calls = (threads as u64)
+            .max(1)
+            .saturating_mul(workers.max(1))
+            .saturating_mul(self.calls_per_thread);
+        if self.per_call > MOST_MINIBATCHES_PER_CALL && calls >= REFRESH_FROM_CALLS as u64 {
+            Self {
+                per_call: MOST_MINIBATCHES_PER_CALL,
+                calls_per_thread: 4,
+                ..self
+            }
+        } else {
+            self
+        }
+    }
 }
 
 /// `--in-flight`: as given, else the budget's calls per thread (skip-gram up
@@ -982,11 +1016,54 @@ mod tests {
             32,
             "a given --in-flight is kept"
         );
-        // At the default rate: 16 threads keep 2 calls of 8 each, 256.
-        let default = InFlightBudget::of(false, 0.025);
+        // At the default rate: 16 threads keep 4 calls of 4 each, 256.
+        let default = InFlightBudget::of(false, 0.025).for_layout(16, 1);
         assert_eq!(default.most_calls, None);
-        assert_eq!(calls_in_flight(None, 16, 1, default), 32);
-        assert_eq!(minibatches_per_call(None, 32, 1, default), 8);
+        assert_eq!(calls_in_flight(None, 16, 1, default), 64);
+        assert_eq!(minibatches_per_call(None, 64, 1, default), 4);
+    }
+
+    /// Skip-gram's calls of 8 only where every shard counts the calls in
+    /// flight (under `REFRESH_FROM_CALLS` of them across the workers): a
+    /// crowded shard refreshes instead, and there 16 calls of 8 diverged
+    /// over five epochs where 32 calls of 4 trained (8 threads, sample
+    /// 1e-3); past it the layout is 4 calls of 4 per thread again.
+    #[test]
+    fn skip_gram_calls_of_8_stay_under_the_shards_crowd() {
+        use super::{calls_in_flight, REFRESH_FROM_CALLS};
+        // (threads, workers) -> (calls across the workers, minibatches per call)
+        for (threads, workers, calls, per) in [
+            (1, 1, 2, 8),
+            (2, 1, 4, 8),
+            (3, 1, 6, 8),
+            (1, 3, 6, 8),
+            (4, 1, 16, 4),
+            (2, 2, 16, 4),
+            (8, 1, 32, 4),
+            (16, 1, 64, 4),
+            (2, 8, 64, 4),
+            (2, 16, 64, 4),
+        ] {
+            let budget = InFlightBudget::of(false, 0.025).for_layout(threads, workers);
+            let c = calls_in_flight(None, threads, workers, budget);
+            let p = minibatches_per_call(None, c, workers, budget);
+            assert_eq!(
+                (c as u64 * workers, p),
+                (calls, per),
+                "{threads} threads, {workers} workers"
+            );
+            assert!((c * p) as u64 * workers <= 256);
+            assert_eq!(
+                p == 8,
+                (c as u64 * workers) < REFRESH_FROM_CALLS as u64,
+                "calls of 8 only under the crowd"
+            );
+        }
+        // CBOW and rates above 0.025 keep their budgets whatever the layout.
+        for (cbow, alpha) in [(true, 0.025), (true, 0.05), (false, 0.05)] {
+            let b = InFlightBudget::of(cbow, alpha);
+            assert_eq!(b.for_layout(16, 4), b);
+        }
     }
 
     #[test]

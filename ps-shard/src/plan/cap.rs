@@ -60,7 +60,11 @@ pub fn call_step_cap(cap: u64, minibatches: usize) -> u64 {
 /// 2.3 at 16. Counted in full (one cap per call), a call of 8 scaled its
 /// frequent rows down as 32 minibatches in flight as 4 calls of 8 never
 /// were as 8 calls of 4, and trained 0.4–0.8 analogy points below them
-/// (docs/benchmarks.md, "Fewer, larger calls").
+/// (docs/benchmarks.md, "Fewer, larger calls"). Measured where the shard
+/// counts the calls in flight: on a crowded one (`REFRESH_FROM_CALLS`),
+/// 16 calls of 8 diverged over five epochs where 32 of 4 trained, and the
+/// worker's defaults keep calls of 8 off it ("Calls of 8 diverge on crowded
+/// shards").
 pub fn skip_gram_call_step_cap(cap: u64, minibatches: usize) -> u64 {
     let (m, first) = (minibatches as u64, CALL_CAP_MINIBATCHES);
     if m <= first {
