@@ -529,7 +529,8 @@ async fn shard_of_another_api_version_is_refused() {
 }
 
 /// The worker's default calls in flight over gRPC, as it reports them:
-/// skip-gram keeps 2 calls of 8 per thread (32 minibatches at 2 threads),
+/// skip-gram keeps 2 calls of 8 per thread (32 minibatches at 2 threads)
+/// while the calls stay under the shards' crowd, 4 calls of 4 past it,
 /// CBOW 8 minibatches in all (2 calls of 4), the most measured to train 5
 /// epochs at word2vec's CBOW defaults without diverging; a given
 /// `--in-flight` is kept.
@@ -547,6 +548,12 @@ async fn the_worker_keeps_cbow_at_8_minibatches_in_flight_by_default() {
         (
             &["--threads", "2"][..],
             "minibatches in flight from this worker: 32 (4 calls x 8 per call",
+        ),
+        // 8 threads' calls would crowd the shards (REFRESH_FROM_CALLS),
+        // where calls of 8 diverged: 4 calls of 4 per thread.
+        (
+            &["--threads", "8"][..],
+            "minibatches in flight from this worker: 128 (32 calls x 4 per call",
         ),
         (
             &["--cbow", "--threads", "2"][..],
