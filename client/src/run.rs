@@ -380,7 +380,11 @@ fn model_spec(vocab: &VocabCounts, args: &TrainArgs) -> ModelSpec {
 
 /// The training parameters of `args`, with `threads` training threads.
 fn train_params(args: &TrainArgs, threads: usize, in_process: bool) -> TrainParams {
-    let budget = InFlightBudget::of(args.cbow, args.alpha).for_layout(threads, args.num_workers);
+    let budget = InFlightBudget::of(args.cbow, args.alpha).for_layout(
+        threads,
+        args.num_workers,
+        args.in_flight,
+    );
     let calls = calls_in_flight(args.in_flight, threads, args.num_workers, budget);
     TrainParams {
         window: args.window,

@@ -742,11 +742,14 @@ impl InFlightBudget {
     /// alpha 0.025 over 2 `ps-shard` processes, in epoch 3 or 4 of 3 seeds
     /// of 3, where 32 calls of 4 trained 0.8-1.3 analogy points above
     /// gensim (docs/benchmarks.md, "Calls of 8 diverge on crowded shards").
-    pub fn for_layout(self, threads: usize, workers: u64) -> Self {
+    /// `in_flight` is `--in-flight` as given (else the budget's calls per
+    /// thread count).
+    pub fn for_layout(self, threads: usize, workers: u64, in_flight: Option<u32>) -> Self {
+        let per_thread = in_flight.map_or(self.calls_per_thread, u64::from);
         let calls = (threads as u64)
             .max(1)
             .saturating_mul(workers.max(1))
-            .saturating_mul(self.calls_per_thread);
+            .saturating_mul(per_thread);
         if self.per_call > MOST_MINIBATCHES_PER_CALL && calls >= REFRESH_FROM_CALLS as u64 {
             Self {
                 per_call: MOST_MINIBATCHES_PER_CALL,
@@ -1017,7 +1020,7 @@ mod tests {
             "a given --in-flight is kept"
         );
         // At the default rate: 16 threads keep 4 calls of 4 each, 256.
-        let default = InFlightBudget::of(false, 0.025).for_layout(16, 1);
+        let default = InFlightBudget::of(false, 0.025).for_layout(16, 1, None);
         assert_eq!(default.most_calls, None);
         assert_eq!(calls_in_flight(None, 16, 1, default), 64);
         assert_eq!(minibatches_per_call(None, 64, 1, default), 4);
@@ -1044,7 +1047,7 @@ mod tests {
             (2, 8, 64, 4),
             (2, 16, 64, 4),
         ] {
-            let budget = InFlightBudget::of(false, 0.025).for_layout(threads, workers);
+            let budget = InFlightBudget::of(false, 0.025).for_layout(threads, workers, None);
             let c = calls_in_flight(None, threads, workers, budget);
             let p = minibatches_per_call(None, c, workers, budget);
             assert_eq!(
@@ -1059,10 +1062,20 @@ mod tests {
                 "calls of 8 only under the crowd"
             );
         }
+        // A given --in-flight counts: 2 threads of 8 calls crowd the
+        // shards, and keep calls of 4; of 1 call they do not.
+        let sg = InFlightBudget::of(false, 0.025);
+        for (given, calls, per) in [(8, 16, 4), (1, 2, 8), (3, 6, 8), (4, 8, 4)] {
+            let budget = sg.for_layout(2, 1, Some(given));
+            let c = calls_in_flight(Some(given), 2, 1, budget);
+            let p = minibatches_per_call(None, c, 1, budget);
+            assert_eq!((c, p), (calls, per), "--in-flight {given}");
+        }
         // CBOW and rates above 0.025 keep their budgets whatever the layout.
         for (cbow, alpha) in [(true, 0.025), (true, 0.05), (false, 0.05)] {
             let b = InFlightBudget::of(cbow, alpha);
-            assert_eq!(b.for_layout(16, 4), b);
+            assert_eq!(b.for_layout(16, 4, None), b);
+            assert_eq!(b.for_layout(2, 1, Some(64)), b);
         }
     }
 
