@@ -650,6 +650,11 @@ pub const MAX_SAFE_CBOW_IN_FLIGHT: u64 = 8;
 /// where the budget does not say otherwise ([`InFlightBudget::per_call`]).
 const MOST_MINIBATCHES_PER_CALL: u64 = 4;
 
+/// The calls per thread the default of --in-flight gives with
+/// [`MOST_MINIBATCHES_PER_CALL`] (CBOW, skip-gram above [`SAFE_ALPHA`], and
+/// skip-gram on crowded shards: [`InFlightBudget::for_layout`]).
+const MOST_CALLS_PER_THREAD: u64 = 4;
+
 /// Skip-gram's [`MOST_MINIBATCHES_PER_CALL`] up to [`SAFE_ALPHA`]: 8, in 2
 /// calls per thread ([`SAFE_CALLS_PER_THREAD`]), the same 32 minibatches in
 /// flight at 2 threads as 8 calls of 4. Half the calls cost 4 `ps-shard`
@@ -710,7 +715,7 @@ impl InFlightBudget {
                 least_calls: 1,
                 most_calls: None,
                 per_call: MOST_MINIBATCHES_PER_CALL,
-                calls_per_thread: 4,
+                calls_per_thread: MOST_CALLS_PER_THREAD,
             }
         } else {
             let most = skip_gram_in_flight(alpha);
@@ -724,7 +729,11 @@ impl InFlightBudget {
                 } else {
                     SAFE_MINIBATCHES_PER_CALL
                 },
-                calls_per_thread: if fast { 4 } else { SAFE_CALLS_PER_THREAD },
+                calls_per_thread: if fast {
+                    MOST_CALLS_PER_THREAD
+                } else {
+                    SAFE_CALLS_PER_THREAD
+                },
             }
         }
     }
@@ -742,18 +751,15 @@ impl InFlightBudget {
     /// alpha 0.025 over 2 `ps-shard` processes, in epoch 3 or 4 of 3 seeds
     /// of 3, where 32 calls of 4 trained 0.8-1.3 analogy points above
     /// gensim (docs/benchmarks.md, "Calls of 8 diverge on crowded shards").
-    /// `in_flight` is `--in-flight` as given (else the budget's calls per
-    /// thread count).
+    /// `in_flight` is `--in-flight` as given: the calls counted are the
+    /// ones [`calls_in_flight`] gives this budget.
     pub fn for_layout(self, threads: usize, workers: u64, in_flight: Option<u32>) -> Self {
-        let per_thread = in_flight.map_or(self.calls_per_thread, u64::from);
-        let calls = (threads as u64)
-            .max(1)
-            .saturating_mul(workers.max(1))
-            .saturating_mul(per_thread);
+        let calls = (calls_in_flight(in_flight, threads, workers, self) as u64)
+            .saturating_mul(workers.max(1));
         if self.per_call > MOST_MINIBATCHES_PER_CALL && calls >= REFRESH_FROM_CALLS as u64 {
             Self {
                 per_call: MOST_MINIBATCHES_PER_CALL,
-                calls_per_thread: 4,
+                calls_per_thread: MOST_CALLS_PER_THREAD,
                 ..self
             }
         } else {
@@ -1009,8 +1015,7 @@ mod tests {
             (8, 2, 4, 2),
             (2, 16, 1, 1),
         ] {
-            let c = calls_in_flight(None, threads, workers, fast);
-            let p = minibatches_per_call(None, c, workers, fast);
+            let (c, p) = default_layout(threads, workers, fast);
             assert_eq!((c, p), (calls, per), "{threads} threads, {workers} workers");
             assert_eq!((c * p) as u64 * workers, 16);
         }
@@ -1024,6 +1029,12 @@ mod tests {
         assert_eq!(default.most_calls, None);
         assert_eq!(calls_in_flight(None, 16, 1, default), 64);
         assert_eq!(minibatches_per_call(None, 64, 1, default), 4);
+    }
+
+    /// The defaults' (calls per worker, minibatches per call) under `budget`.
+    fn default_layout(threads: usize, workers: u64, budget: InFlightBudget) -> (usize, usize) {
+        let c = super::calls_in_flight(None, threads, workers, budget);
+        (c, minibatches_per_call(None, c, workers, budget))
     }
 
     /// Skip-gram's calls of 8 only where every shard counts the calls in
@@ -1048,8 +1059,7 @@ mod tests {
             (2, 16, 64, 4),
         ] {
             let budget = InFlightBudget::of(false, 0.025).for_layout(threads, workers, None);
-            let c = calls_in_flight(None, threads, workers, budget);
-            let p = minibatches_per_call(None, c, workers, budget);
+            let (c, p) = default_layout(threads, workers, budget);
             assert_eq!(
                 (c as u64 * workers, p),
                 (calls, per),
