@@ -756,7 +756,7 @@ impl InFlightBudget {
     pub fn for_layout(self, threads: usize, workers: u64, in_flight: Option<u32>) -> Self {
         let calls = (calls_in_flight(in_flight, threads, workers, self) as u64)
             .saturating_mul(workers.max(1));
-        if self.per_call > MOST_MINIBATCHES_PER_CALL && calls >= REFRESH_FROM_CALLS as u64 {
+        if crowds_large_calls(self.per_call, calls) {
             Self {
                 per_call: MOST_MINIBATCHES_PER_CALL,
                 calls_per_thread: MOST_CALLS_PER_THREAD,
@@ -823,7 +823,9 @@ pub fn calls_in_flight(
 /// ([`InFlightBudget::per_call`]: 8 for skip-gram up to [`SAFE_ALPHA`], 4
 /// otherwise) that keeps the
 /// `workers` workers' `calls` calls each at or under `budget.most`
-/// minibatches in flight (at least 1). Warns when the total exceeds it.
+/// minibatches in flight (at least 1). Warns when the total exceeds it,
+/// and when a given value of more than [`MOST_MINIBATCHES_PER_CALL`] comes
+/// in calls that crowd the shards ([`crowds_large_calls`]).
 pub fn minibatches_per_call(
     given: Option<u32>,
     calls: usize,
@@ -849,7 +851,35 @@ pub fn minibatches_per_call(
              5 epochs); lower --in-flight, --threads or --minibatches-per-call if it diverges"
         );
     }
+    if given.is_some() && crowds_large_calls(per_call, calls_total) {
+        tracing::warn!(
+            calls = calls_total,
+            minibatches_per_call = per_call,
+            "{calls_total} calls of {per_call} minibatches in flight across the workers crowd \
+             the shards ({REFRESH_FROM_CALLS} or more calls: each refreshes a call's weights \
+             instead of counting the others'), where calls of more than \
+             {MOST_MINIBATCHES_PER_CALL} diverged (16 calls of 8, sample 1e-3, 5 epochs) or \
+             trained up to 1.2 analogy points below calls of {MOST_MINIBATCHES_PER_CALL}; \
+             without --minibatches-per-call these threads keep calls of \
+             {MOST_MINIBATCHES_PER_CALL} (docs/benchmarks.md, \"Calls of 8 diverge on crowded \
+             shards\")"
+        );
+    }
     per_call as usize
+}
+
+/// Whether `calls` calls in flight across the workers, of `per_call`
+/// minibatches each, are calls of more than [`MOST_MINIBATCHES_PER_CALL`]
+/// on shards they crowd (`REFRESH_FROM_CALLS` or more): the layout
+/// [`InFlightBudget::for_layout`] keeps the defaults out of. A crowded shard
+/// refreshes each call's weights and steps it by its own dot products, at
+/// the cap `skip_gram_call_step_cap` gives a call of its size; neither that
+/// cap (1.6 caps for 8: 16 calls of 8 diverged at 8 threads) nor one cap
+/// per call (0.2-0.9 analogy points below it in every seed at 16 threads)
+/// trained calls of 8 there as calls of 4 train (docs/benchmarks.md, "One
+/// cap for a refreshed call of 8: measured and not kept").
+pub fn crowds_large_calls(per_call: u64, calls: u64) -> bool {
+    per_call > MOST_MINIBATCHES_PER_CALL && calls >= REFRESH_FROM_CALLS as u64
 }
 
 #[cfg(test)]
@@ -1070,6 +1100,10 @@ mod tests {
                 p == 8,
                 (c as u64 * workers) < REFRESH_FROM_CALLS as u64,
                 "calls of 8 only under the crowd"
+            );
+            assert!(
+                !super::crowds_large_calls(p as u64, c as u64 * workers),
+                "{threads} threads, {workers} workers: the defaults crowd calls of {p}"
             );
         }
         // A given --in-flight counts: 2 threads of 8 calls crowd the
