@@ -22,6 +22,17 @@ pub const RISE: f64 = 0.25;
 /// epoch (a tiny corpus, a resumed run's part epoch) is not compared.
 pub const MIN_EXAMPLES: u64 = 10_000;
 
+/// Sampled calls an epoch needs for its mean to count, beside
+/// [`MIN_EXAMPLES`]. A call's examples are one block of text, and a block's
+/// loss moves with its text (1.9 to 4.6 nats in a healthy run): an epoch
+/// of a few sampled calls (one pipeline samples every 16th call) compares
+/// other text, not the model. A 100K-word corpus trained for 300 epochs
+/// over 2 `ps-shard` processes, about one sampled call an epoch, rose
+/// 0.253 from epoch 33 to 34 on a healthy model and was stopped as
+/// diverged (CI, 2026-12-08, `test_shard_dying_during_training_fails_the_run_naming_it`).
+/// A NaN loss counts in any epoch.
+pub const MIN_CALLS: u32 = 4;
+
 /// A rise of the loss from one epoch to the next.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Rise {
@@ -42,12 +53,13 @@ pub struct Rise {
 /// gensim), so nothing finer than an epoch is compared.
 #[derive(Debug)]
 pub struct LossWatch {
-    /// Per epoch (0-based): Σ sampled loss and examples.
-    epochs: Vec<(f64, u64)>,
+    /// Per epoch (0-based): Σ sampled loss, examples and sampled calls.
+    epochs: Vec<(f64, u64, u32)>,
     /// Epochs compared with the one before (each once).
     compared: u64,
-    /// Examples an epoch needs to be compared.
+    /// Examples and sampled calls an epoch needs to be compared.
     min_examples: u64,
+    min_calls: u32,
     /// The first epoch this watch saw a call of: a resumed worker's first
     /// epoch may be its last part only, other text than the next epoch's
     /// whole, so it is not compared (unless it is the run's first).
@@ -58,18 +70,20 @@ pub struct LossWatch {
 
 impl Default for LossWatch {
     fn default() -> Self {
-        Self::new(MIN_EXAMPLES)
+        Self::new(MIN_EXAMPLES, MIN_CALLS)
     }
 }
 
 impl LossWatch {
     /// A watch comparing epochs of at least `min_examples` sampled examples
-    /// (default [`MIN_EXAMPLES`]).
-    pub fn new(min_examples: u64) -> Self {
+    /// in at least `min_calls` sampled calls (defaults [`MIN_EXAMPLES`],
+    /// [`MIN_CALLS`]).
+    pub fn new(min_examples: u64, min_calls: u32) -> Self {
         Self {
             epochs: Vec::new(),
             compared: 0,
             min_examples: min_examples.max(1),
+            min_calls: min_calls.max(1),
             first: None,
             tripped: None,
         }
@@ -83,10 +97,11 @@ impl LossWatch {
             return;
         };
         if self.epochs.len() <= e {
-            self.epochs.resize(e + 1, (0.0, 0));
+            self.epochs.resize(e + 1, (0.0, 0, 0));
         }
         self.epochs[e].0 += loss;
         self.epochs[e].1 += examples;
+        self.epochs[e].2 = self.epochs[e].2.saturating_add(1);
     }
 
     /// Compares every epoch finished before `epoch` (0-based: the one a
@@ -100,7 +115,13 @@ impl LossWatch {
             if first > 0 && b == first {
                 continue;
             }
-            if let (Some(before), Some(after)) = (self.mean(b), self.mean(a)) {
+            if let Some(after) = self.raw_mean(a).filter(|m| m.is_nan()) {
+                self.tripped = Some(Rise {
+                    epoch: a,
+                    before: self.raw_mean(b).unwrap_or(f64::NAN),
+                    after,
+                });
+            } else if let (Some(before), Some(after)) = (self.mean(b), self.mean(a)) {
                 if after.is_nan() || after > before + RISE {
                     self.tripped = Some(Rise {
                         epoch: a,
@@ -114,10 +135,16 @@ impl LossWatch {
     }
 
     /// Epoch `e`'s mean sampled loss per example, if it has
-    /// `min_examples`.
+    /// `min_examples` in `min_calls` calls.
     fn mean(&self, e: u64) -> Option<f64> {
-        let &(sum, n) = self.epochs.get(usize::try_from(e).ok()?)?;
-        (n >= self.min_examples).then(|| sum / n as f64)
+        let &(sum, n, calls) = self.epochs.get(usize::try_from(e).ok()?)?;
+        (n >= self.min_examples && calls >= self.min_calls).then(|| sum / n as f64)
+    }
+
+    /// Epoch `e`'s mean sampled loss per example, if it has any.
+    fn raw_mean(&self, e: u64) -> Option<f64> {
+        let &(sum, n, _) = self.epochs.get(usize::try_from(e).ok()?)?;
+        (n > 0).then(|| sum / n as f64)
     }
 
     /// Each epoch's mean sampled loss per example (none without examples),
@@ -125,7 +152,7 @@ impl LossWatch {
     pub fn means(&self) -> Vec<Option<f64>> {
         self.epochs
             .iter()
-            .map(|&(sum, n)| (n > 0).then(|| sum / n as f64))
+            .map(|&(sum, n, _)| (n > 0).then(|| sum / n as f64))
             .collect()
     }
 }
@@ -188,11 +215,12 @@ mod tests {
         let mut w = LossWatch::default();
         // 5 calls of 1,000: under MIN_EXAMPLES.
         assert_eq!(feed(&mut w, &[3.0, 9.0, 3.0], 5), None);
-        let mut w = LossWatch::new(100);
+        let mut w = LossWatch::new(100, 1);
         assert!(feed(&mut w, &[3.0, 9.0, 3.0], 5).is_some());
         // A worker resumed in epoch 3: epochs 1 and 2 have no examples, and
         // epoch 3 may be its end only (harder text than the whole, here).
-        let mut w = LossWatch::default();
+        // One sampled call an epoch here: MIN_CALLS is tested on its own.
+        let mut w = LossWatch::new(MIN_EXAMPLES, 1);
         assert_eq!(call(&mut w, 2, 2.0 * 20_000.0, 20_000), None);
         assert_eq!(call(&mut w, 3, 3.0 * 20_000.0, 20_000), None);
         assert_eq!(
@@ -203,9 +231,28 @@ mod tests {
         assert!(call(&mut w, 5, 1.0, 1).is_some(), "epoch 5 against 4");
     }
 
+    /// Epochs of fewer than [`MIN_CALLS`] sampled calls compare blocks of
+    /// text, not the model: not compared, however many examples; from
+    /// [`MIN_CALLS`] they are. The rise of the CI run that stopped a healthy
+    /// model (2.117 to 2.370, one sampled call an epoch) among them.
+    #[test]
+    fn epochs_of_a_few_sampled_calls_are_not_compared() {
+        let calls = u64::from(MIN_CALLS);
+        for (few, trips) in [(1, false), (calls - 1, false), (calls, true)] {
+            let mut w = LossWatch::default();
+            let mut last = None;
+            for (e, m) in [2.117, 2.370, 2.2].into_iter().enumerate() {
+                for _ in 0..few {
+                    last = call(&mut w, e as u64, m * 20_000.0, 20_000);
+                }
+            }
+            assert_eq!(last.is_some(), trips, "{few} sampled calls an epoch");
+        }
+    }
+
     #[test]
     fn a_nan_loss_trips() {
-        let mut w = LossWatch::new(1);
+        let mut w = LossWatch::new(1, 1);
         assert_eq!(call(&mut w, 0, 3.0, 1), None);
         assert_eq!(call(&mut w, 1, f64::NAN, 1), None);
         let rise = call(&mut w, 2, 3.0, 1).expect("NaN is no healthy loss");

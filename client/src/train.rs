@@ -195,11 +195,12 @@ impl Progress {
     }
 
     /// Counters whose loss watch compares epochs of at least `examples`
-    /// sampled examples instead of [`crate::losswatch::MIN_EXAMPLES`] (tests
-    /// on small corpora).
+    /// sampled examples, in any number of sampled calls, instead of
+    /// [`crate::losswatch::MIN_EXAMPLES`] in [`crate::losswatch::MIN_CALLS`]
+    /// (tests on small corpora).
     pub fn watching_loss_from(examples: u64) -> Self {
         Self {
-            epoch_loss: Mutex::new(LossWatch::new(examples)),
+            epoch_loss: Mutex::new(LossWatch::new(examples, 1)),
             ..Self::default()
         }
     }
