@@ -27,9 +27,11 @@ pub const MIN_EXAMPLES: u64 = 10_000;
 /// loss moves with its text (1.9 to 4.6 nats in a healthy run): an epoch
 /// of a few sampled calls (one pipeline samples every 16th call) compares
 /// other text, not the model. A 100K-word corpus trained for 300 epochs
-/// over 2 `ps-shard` processes, about one sampled call an epoch, rose
-/// 0.253 from epoch 33 to 34 on a healthy model and was stopped as
-/// diverged (CI, 2026-12-08, `test_shard_dying_during_training_fails_the_run_naming_it`).
+/// over 2 `ps-shard` processes (about 34 calls of 8 minibatches of 256
+/// words an epoch: two sampled) rose 0.253 from epoch 33 to 34 on a
+/// healthy model and was stopped as diverged (CI, 2026-12-08,
+/// `test_shard_dying_during_training_fails_the_run_naming_it`). Four
+/// sampled calls take 64 calls an epoch: 131K words kept at 2,048 a call.
 /// A NaN loss counts in any epoch.
 pub const MIN_CALLS: u32 = 4;
 
@@ -234,7 +236,7 @@ mod tests {
     /// Epochs of fewer than [`MIN_CALLS`] sampled calls compare blocks of
     /// text, not the model: not compared, however many examples; from
     /// [`MIN_CALLS`] they are. The rise of the CI run that stopped a healthy
-    /// model (2.117 to 2.370, one sampled call an epoch) among them.
+    /// model (2.117 to 2.370, two sampled calls an epoch) among them.
     #[test]
     fn epochs_of_a_few_sampled_calls_are_not_compared() {
         let calls = u64::from(MIN_CALLS);
