@@ -117,44 +117,40 @@ impl LossWatch {
             if first > 0 && b == first {
                 continue;
             }
-            if let Some(after) = self.raw_mean(a).filter(|m| m.is_nan()) {
+            let Some((after, after_counts)) = self.mean(a) else {
+                continue;
+            };
+            let before = self.mean(b);
+            // A NaN loss trips whatever the epoch's size; a rise only
+            // between epochs that both count.
+            let rose = match before {
+                Some((before, true)) if after_counts => after > before + RISE,
+                _ => false,
+            };
+            if after.is_nan() || rose {
                 self.tripped = Some(Rise {
                     epoch: a,
-                    before: self.raw_mean(b).unwrap_or(f64::NAN),
+                    before: before.map_or(f64::NAN, |(m, _)| m),
                     after,
                 });
-            } else if let (Some(before), Some(after)) = (self.mean(b), self.mean(a)) {
-                if after.is_nan() || after > before + RISE {
-                    self.tripped = Some(Rise {
-                        epoch: a,
-                        before,
-                        after,
-                    });
-                }
             }
         }
         self.tripped
     }
 
-    /// Epoch `e`'s mean sampled loss per example, if it has
-    /// `min_examples` in `min_calls` calls.
-    fn mean(&self, e: u64) -> Option<f64> {
+    /// Epoch `e`'s mean sampled loss per example, if it has any, and
+    /// whether it counts: `min_examples` in `min_calls` calls.
+    fn mean(&self, e: u64) -> Option<(f64, bool)> {
         let &(sum, n, calls) = self.epochs.get(usize::try_from(e).ok()?)?;
-        (n >= self.min_examples && calls >= self.min_calls).then(|| sum / n as f64)
-    }
-
-    /// Epoch `e`'s mean sampled loss per example, if it has any.
-    fn raw_mean(&self, e: u64) -> Option<f64> {
-        let &(sum, n, _) = self.epochs.get(usize::try_from(e).ok()?)?;
-        (n > 0).then(|| sum / n as f64)
+        let counts = n >= self.min_examples && calls >= self.min_calls;
+        (n > 0).then(|| (sum / n as f64, counts))
     }
 
     /// Each epoch's mean sampled loss per example (none without examples),
     /// as the run's summary reports them.
     pub fn means(&self) -> Vec<Option<f64>> {
-        self.epochs
-            .iter()
-            .map(|&(sum, n, _)| (n > 0).then(|| sum / n as f64))
+        (0..self.epochs.len() as u64)
+            .map(|e| self.mean(e).map(|(m, _)| m))
             .collect()
     }
 }
